@@ -1,0 +1,32 @@
+# Two commands do all set-up on a fresh machine with Python >= 3.11 and make:
+#   make figures   -- venv + install + default experiments + figures/
+#   make test      -- venv + install + the test suite (CPU, < 10 min on 2 cores)
+# make bench runs the throughput benchmarks (GPU if one is visible).
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+# Monte Carlo streams per figure point; raise on a GPU, e.g. make figures STREAMS=8192
+STREAMS ?= 256
+
+.PHONY: figures test bench install clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+figures: $(STAMP)
+	$(PY) -m experiments --streams $(STREAMS) --out figures
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+bench: $(STAMP)
+	$(PY) -m hbfjax.bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache

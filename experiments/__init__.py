@@ -1,0 +1,1 @@
+"""One module per paper figure (``fig_*.py``); ``python -m experiments`` runs them all."""

@@ -1,0 +1,5 @@
+import sys
+
+from hbfjax.cli import main
+
+sys.exit(main())

@@ -1,0 +1,50 @@
+"""The ``hbfjax`` command. Each subcommand lives in ``hbfjax/commands/<name>.py`` and exposes
+``register(subparsers)``; this module only discovers and dispatches them."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+from hbfjax import commands
+from hbfjax.hardware import SpecError
+from hbfjax.traces import TraceError
+
+DESCRIPTION = """\
+Batched Monte Carlo of High-Bandwidth Flash (HBF) memory for LLM inference.
+
+Units everywhere: times in µs (t_read_us), bandwidths in GB/s (1e9 B/s), sizes in bytes unless a
+name says KiB/MiB (powers of two) or KB/MB/GB (powers of ten). Every subcommand takes --json for one
+machine-readable JSON object on stdout, --streams for the number of independent Monte Carlo streams
+and --seed for reproducibility; confidence intervals are 95 % half-widths across streams.
+"""
+
+
+def command_modules():
+    """The subcommand modules in ``hbfjax.commands`` (private ``_*`` helpers excluded), by name."""
+    names = sorted(m.name for m in pkgutil.iter_modules(commands.__path__) if not m.name.startswith("_"))
+    return [importlib.import_module(f"hbfjax.commands.{name}") for name in names]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hbfjax", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in command_modules():
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (SpecError, TraceError, ValueError) as err:
+        print(f"hbfjax {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""One module per ``hbfjax`` subcommand; each exposes ``register(subparsers)``."""
