@@ -1,0 +1,1 @@
+"""Physics of HBF: plane collisions, program/read interference, blocks and GC, endurance."""

@@ -1,0 +1,208 @@
+"""Plane collisions: how the pages of a read land on HBF planes, and what that costs (HBFlex §3.1, §5.2).
+
+A read is a set of physical pages. Each plane senses its pages one after another, so the read takes
+``waves = max over planes of pages on that plane`` sensing rounds: ``waves × tR``, never below
+``bytes / bandwidth``. Read-wave amplification is ``waves / ceil(pages / planes)`` (HBFlex §6.4).
+
+Placement policies map (stream, request, logical page, physical page) to a plane through the counter
+hash of ``hbfjax.rng`` — no per-page table is stored (DESIGN.md §4):
+
+* ``random``: every physical page on an independent uniform plane.
+* ``isolated``: a request's pages fill its own blocks in order; a block lives on one plane, so a read
+  of n pages touches only ceil(n / pages-per-block) planes (request-isolated blocks, HBFlex §3.3).
+* ``plane-group``: planes split into groups of G; a logical page of L physical pages is striped over
+  L distinct planes of its group (from a random offset, wrapping when L > G); logical pages go to
+  the least-loaded group (HBFlex §5.2, Fig. 11b/12). With G = planes and L = 1 this is ``random``.
+
+Runtime balancing (HBFlex §5.2): hot-plane offload serves the excess pages of the top fraction f of
+planes from base-die SRAM (``offload_hot_planes``); shared-prefix replicas and placement-aware chunk
+scheduling live in ``hbfjax.flash.workingset``. G, f, L and the page count are traced knobs, so one
+compilation covers a sweep over them.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+
+from hbfjax import rng
+
+PLACEMENTS = ("random", "isolated", "plane-group")
+
+# hash salts: one per kind of draw, so draws of different kinds never coincide
+SALT_RANDOM, SALT_BLOCK, SALT_OFFSET, SALT_GROUP_START = 11, 12, 13, 14
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class PlacementKnobs:
+    """Traced placement knobs (each a scalar array; stack a leading axis to sweep)."""
+
+    group_size: jax.Array  # int32 [] planes per plane group G (plane-group)
+    pages_per_logical: jax.Array  # int32 [] physical pages per logical KV page L (plane-group)
+    pages_per_block: jax.Array  # int32 [] pages a request fills on one plane before the next (isolated)
+    offload_fraction: jax.Array  # float32 [] fraction f of top-loaded planes whose excess goes to SRAM
+
+
+def placement_knobs(group_size=1, pages_per_logical=1, pages_per_block=512, offload_fraction=0.0) -> PlacementKnobs:
+    return PlacementKnobs(group_size=jnp.asarray(group_size, jnp.int32),
+                          pages_per_logical=jnp.asarray(pages_per_logical, jnp.int32),
+                          pages_per_block=jnp.asarray(pages_per_block, jnp.int32),
+                          offload_fraction=jnp.asarray(offload_fraction, jnp.float32))
+
+
+def _validate_placement(placement: str) -> None:
+    if placement not in PLACEMENTS:
+        raise ValueError(f"placement = {placement!r}: choose one of {PLACEMENTS}")
+
+
+def group_count(planes: int, group_size: jax.Array) -> jax.Array:
+    """Whole plane groups of G planes (planes beyond the last whole group stay unused)."""
+    return jnp.maximum(planes // jnp.maximum(group_size, 1), 1)
+
+
+def striped_plane(group: jax.Array, offset: jax.Array, stripe_index: jax.Array, group_size: jax.Array) -> jax.Array:
+    """Plane of the ``stripe_index``-th physical page of a logical page striped over a group (HBFlex Fig. 11b)."""
+    g = jnp.maximum(group_size, 1)
+    return group * g + (offset + stripe_index) % g
+
+
+def place_pages(placement: str, words: tuple, page_index: jax.Array, planes: int, knobs: PlacementKnobs,
+                group: jax.Array | None = None) -> jax.Array:
+    """Plane (int32) of each physical page ``page_index`` of one request's read.
+
+    ``words`` identify the request (e.g. ``(seed, stream, request, layer)``) and seed every hash.
+    For ``plane-group``, ``group`` gives each page's group (from least-loaded allocation); by
+    default logical pages cycle through the groups from a random starting group — in a single read
+    every page is a fresh allocation, so least-loaded allocation visits the groups in turn.
+    """
+    _validate_placement(placement)
+    if placement == "random":
+        return rng.uniform_index(rng.mix(*words, SALT_RANDOM, page_index), planes)
+    if placement == "isolated":
+        block = page_index // jnp.maximum(knobs.pages_per_block, 1)
+        return rng.uniform_index(rng.mix(*words, SALT_BLOCK, block), planes)
+    size = jnp.maximum(knobs.pages_per_logical, 1)
+    logical, stripe = page_index // size, page_index % size
+    n_groups = group_count(planes, knobs.group_size)
+    if group is None:
+        start = rng.uniform_index(rng.mix(*words, SALT_GROUP_START), n_groups)
+        group = (start + logical) % n_groups
+    offset = rng.uniform_index(rng.mix(*words, SALT_OFFSET, logical), jnp.maximum(knobs.group_size, 1))
+    return striped_plane(group, offset, stripe, knobs.group_size)
+
+
+@functools.cache
+def _plane_loads_fn(planes: int):
+    """Page counter for ``planes`` bins whose vmap is one flat scatter over all streams.
+
+    Vmapping a scatter-add batches it row by row; its batching rule here instead offsets each
+    stream's plane ids by stream × planes and counts everything in one flat int32 scatter, which
+    is 2–3× faster on a CPU (DESIGN.md §3: one flat scatter over all streams). Nested vmaps
+    (streams × knob points) flatten level by level.
+    """
+
+    @jax.custom_batching.custom_vmap
+    def loads(plane, weight):
+        return jnp.zeros((planes,), jnp.int32).at[plane.reshape(-1)].add(weight.reshape(-1), mode="promise_in_bounds")
+
+    @loads.def_vmap
+    def _flat(axis_size, in_batched, plane, weight):
+        plane_batched, weight_batched = in_batched
+        if not plane_batched:
+            plane = jnp.broadcast_to(plane, (axis_size,) + plane.shape)
+        if not weight_batched:
+            weight = jnp.broadcast_to(weight, (axis_size,) + weight.shape)
+        offset = (jnp.arange(axis_size, dtype=jnp.int32) * planes).reshape((axis_size,) + (1,) * (plane.ndim - 1))
+        flat = _plane_loads_fn(axis_size * planes)(plane + offset, weight)
+        return flat.reshape(axis_size, planes), True
+
+    return loads
+
+
+def plane_loads(plane: jax.Array, valid: jax.Array, planes: int) -> jax.Array:
+    """int32 [planes]: pages on each plane; ``valid`` (bool or int32 weight) masks pages out.
+
+    Counts are int32 (float scatter-add is slow on some jaxlib releases, DESIGN.md §3). Plane ids
+    must lie in [0, planes).
+    """
+    return _plane_loads_fn(planes)(plane.astype(jnp.int32), valid.astype(jnp.int32))
+
+
+def offload_hot_planes(loads: jax.Array, fraction: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Serve the excess pages of the top ``fraction`` of planes from SRAM (HBFlex §5.2, §6.5).
+
+    The k = round(f × planes) most loaded planes are cut down to the load of the next plane in
+    rank order (the (k+1)-th highest); their excess pages are read from SRAM instead. Returns
+    (loads left on the planes [planes], pages offloaded []).
+    """
+    planes = loads.shape[-1]
+    k = jnp.clip(jnp.round(fraction * planes).astype(jnp.int32), 0, planes - 1)
+    ranked = -jnp.sort(-loads)  # descending
+    level = ranked[k]  # load of the highest plane that is not offloaded
+    capped = jnp.minimum(loads, jnp.where(k > 0, level, jnp.max(loads)))
+    return capped, jnp.sum(loads - capped)
+
+
+def ideal_waves(pages: jax.Array, planes: int) -> jax.Array:
+    """ceil(pages / planes): the waves of a perfectly balanced read (at least one for a non-empty read)."""
+    return (pages + planes - 1) // planes
+
+
+def read_time_us(waves: jax.Array, pages: jax.Array, page_bytes: int, t_read_us: float, read_bw_gbps: float) -> jax.Array:
+    """waves × tR, never below the bytes over the package bandwidth (DESIGN.md §4)."""
+    transfer_us = pages.astype(jnp.float32) * page_bytes / (read_bw_gbps * 1e3)
+    return jnp.maximum(waves.astype(jnp.float32) * t_read_us, transfer_us)
+
+
+@dataclass(frozen=True)
+class ReadConfig:
+    """Static shape of the single-read workload: ``max_pages`` bounds the traced page count."""
+
+    planes: int
+    max_pages: int
+    placement: str
+    page_bytes: int = 4096
+    t_read_us: float = 4.0
+    read_bw_gbps: float = 2928.0
+
+    def __post_init__(self):
+        _validate_placement(self.placement)
+        for name in ("planes", "max_pages", "page_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"ReadConfig.{name} = {getattr(self, name)}: must be >= 1")
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class ReadKnobs:
+    pages: jax.Array  # int32 [] pages in the read (≤ config.max_pages)
+    placement: PlacementKnobs
+
+
+def simulate_read(stream: jax.Array, seed: jax.Array, knobs: ReadKnobs, config: ReadConfig) -> dict:
+    """One read of ``knobs.pages`` pages of one request on ``config.planes`` planes (HBFlex Fig. 6/7a).
+
+    Returns per-stream scalars: waves (after offload), raw_waves (before), ideal_waves,
+    amplification, max_to_avg_load, offloaded_pages, read_time_us.
+    """
+    page = jnp.arange(config.max_pages, dtype=jnp.int32)
+    valid = page < knobs.pages
+    plane = place_pages(config.placement, (seed, stream), page, config.planes, knobs.placement)
+    loads = plane_loads(plane, valid, config.planes)
+    served, offloaded = offload_hot_planes(loads, knobs.placement.offload_fraction)
+    waves = jnp.max(served)
+    ideal = ideal_waves(knobs.pages, config.planes)
+    mean_load = knobs.pages.astype(jnp.float32) / config.planes
+    return {
+        "waves": waves,
+        "raw_waves": jnp.max(loads),
+        "ideal_waves": ideal,
+        "amplification": waves.astype(jnp.float32) / jnp.maximum(ideal, 1).astype(jnp.float32),
+        "max_to_avg_load": waves.astype(jnp.float32) / jnp.maximum(mean_load, 1e-9),
+        "offloaded_pages": offloaded,
+        "read_time_us": read_time_us(waves, knobs.pages, config.page_bytes, config.t_read_us, config.read_bw_gbps),
+    }

@@ -1,0 +1,307 @@
+"""Attention reads over an active KV working set: placement and access imbalance (HBFlex §3.1, §5.2, §6.4–6.5).
+
+A stream holds ``slots`` concurrent requests. Each event, one request completes and a new one takes
+its slot (HBFlex Fig. 5: completions and arrivals change the active set without moving pages). A new
+request's KV (per layer) is ceil(context / T) logical pages of L = ceil(T × bytes-per-token / page)
+physical pages; under ``plane-group`` placement its logical pages go to the least-loaded plane groups
+of the *current* active set.
+
+At each measurement the active set is read once for one layer, as attention does it: each request's
+logical pages are cut into chunks (CTA work tiles) of C logical pages, and chunks are read in
+scheduling waves of W chunks; a scheduling wave costs ``max plane load`` sensing rounds. Reported:
+
+* placement imbalance of the active set: max/avg plane load, hot-plane fraction, and after hot-plane
+  offload of the top fraction f of planes, the max/avg load and the SRAM bytes used (Fig. 5, 20);
+* read-wave amplification = Σ waves / Σ ceil(pages in wave / planes) (Fig. 6, 17), with chunks
+  scheduled in order or placement-aware (each scheduling wave greedily picks, from a look-ahead
+  window of pending chunks, the chunk whose pages add the most not-yet-covered planes; ties prefer
+  the request of the previous pick, for query reuse — HBFlex §5.2), and with offloaded pages served
+  from SRAM.
+
+Optionally the first ``shared_prefix_tokens`` of every request are a shared prefix (a system prompt)
+stored once with ``replicas`` copies in different groups; each request reads the replica in the
+least-loaded group, requests spread over the replicas in load order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+
+from hbfjax import rng
+from hbfjax.flash.collide import (PLACEMENTS, PlacementKnobs, group_count, offload_hot_planes, plane_loads,
+                                  striped_plane)
+
+SCHEDULES = ("in-order", "placement-aware")
+HOT_PLANE_FACTOR = 1.5  # a plane is "hot" when its load exceeds 1.5 × the mean (HBFlex Fig. 5c)
+SALT_COMPLETE, SALT_ARRIVE, SALT_PAGE, SALT_BLOCK, SALT_PREFIX, SALT_THIN, SALT_START = 21, 22, 23, 24, 25, 26, 27
+
+
+@dataclass(frozen=True)
+class WorkingSetConfig:
+    """Static shapes and choices of the working-set workload."""
+
+    planes: int
+    slots: int  # concurrent requests R
+    max_logical_pages: int  # per request per layer (longer contexts are truncated and counted)
+    max_pages_per_logical: int  # bound on L (physical pages per logical page)
+    chunk_logical_pages: int  # C: logical pages per CTA work tile
+    chunks_per_wave: int  # W: work tiles read together in one scheduling wave
+    measurements: int  # attention reads measured per stream
+    events_per_measurement: int  # completions + arrivals between measurements
+    warmup_events: int  # events before the first measurement (the first `slots` only fill)
+    placement: str = "plane-group"
+    schedule: str = "in-order"
+    lookahead_chunks: int = 0  # placement-aware window (0: 2 × chunks_per_wave)
+    max_replicas: int = 4  # bound on the traced number of shared-prefix replicas
+    page_bytes: int = 4096
+
+    def __post_init__(self):
+        for name in ("planes", "slots", "max_logical_pages", "max_pages_per_logical", "chunk_logical_pages",
+                     "chunks_per_wave", "measurements", "events_per_measurement", "page_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"WorkingSetConfig.{name} = {getattr(self, name)}: must be >= 1")
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"WorkingSetConfig.placement = {self.placement!r}: choose one of {PLACEMENTS}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"WorkingSetConfig.schedule = {self.schedule!r}: choose one of {SCHEDULES}")
+        if self.max_logical_pages % self.chunk_logical_pages:
+            raise ValueError(f"WorkingSetConfig.chunk_logical_pages = {self.chunk_logical_pages}: must divide "
+                             f"max_logical_pages = {self.max_logical_pages}")
+
+    @property
+    def chunks(self) -> int:
+        return self.slots * (self.max_logical_pages // self.chunk_logical_pages)
+
+    @property
+    def window(self) -> int:
+        return min(self.chunks, self.lookahead_chunks or 2 * self.chunks_per_wave)
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class WorkingSetKnobs:
+    placement: PlacementKnobs
+    kv_bytes_per_token: jax.Array  # float32 [] KV bytes per token per layer
+    tokens_per_logical_page: jax.Array  # int32 [] T
+    context_tokens: jax.Array  # int32 [K] context lengths replayed in order from a random start (trace or draws)
+    shared_prefix_tokens: jax.Array  # int32 [] shared system-prompt tokens of every request (0: none)
+    replicas: jax.Array  # int32 [] copies of the shared prefix, in distinct groups
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class WorkingSetState:
+    group: jax.Array  # int32 [R, Lmax] plane group of each logical page (plane-group placement)
+    logical_pages: jax.Array  # int32 [R] logical pages held by the request in each slot (0 = empty)
+    uid: jax.Array  # int32 [R] request id of each slot (seeds its page hashes)
+    group_load: jax.Array  # int32 [planes] physical pages of the active set per group (first n_groups used)
+    arrivals: jax.Array  # int32 [] requests admitted so far
+    truncated: jax.Array  # int32 [] requests whose context exceeded max_logical_pages
+
+
+def pages_per_logical(knobs: WorkingSetKnobs, config: WorkingSetConfig) -> jax.Array:
+    """L = ceil(T × bytes per token / page bytes), clipped to the static bound."""
+    raw = jnp.ceil(knobs.tokens_per_logical_page * knobs.kv_bytes_per_token / config.page_bytes).astype(jnp.int32)
+    return jnp.clip(raw, 1, config.max_pages_per_logical)
+
+
+def _prefix_logical_pages(knobs: WorkingSetKnobs) -> jax.Array:
+    return knobs.shared_prefix_tokens // jnp.maximum(knobs.tokens_per_logical_page, 1)
+
+
+def init_state(config: WorkingSetConfig) -> WorkingSetState:
+    r, lmax = config.slots, config.max_logical_pages
+    return WorkingSetState(group=jnp.zeros((r, lmax), jnp.int32), logical_pages=jnp.zeros((r,), jnp.int32),
+                           uid=jnp.zeros((r,), jnp.int32), group_load=jnp.zeros((config.planes,), jnp.int32),
+                           arrivals=jnp.int32(0), truncated=jnp.int32(0))
+
+
+def _slot_group_load(group_row: jax.Array, valid_row: jax.Array, weight: jax.Array, planes: int) -> jax.Array:
+    return plane_loads(group_row, valid_row.astype(jnp.int32) * weight, planes)
+
+
+def event(words: tuple, state: WorkingSetState, knobs: WorkingSetKnobs, config: WorkingSetConfig) -> WorkingSetState:
+    """One completion and one arrival (the first ``slots`` events only fill empty slots)."""
+    lmax = config.max_logical_pages
+    size = pages_per_logical(knobs, config)
+    n_groups = group_count(config.planes, knobs.placement.group_size)
+    prefix = _prefix_logical_pages(knobs)
+    page = jnp.arange(lmax, dtype=jnp.int32)
+    # completion: the first `slots` events fill slot by slot, later ones free a uniform random slot
+    filling = state.arrivals < config.slots
+    slot = jnp.where(filling, state.arrivals % config.slots,
+                     rng.uniform_index(rng.mix(*words, SALT_COMPLETE, state.arrivals), config.slots))
+    owned = (page >= prefix) & (page < state.logical_pages[slot])
+    load = state.group_load - _slot_group_load(state.group[slot], owned, size, config.planes)
+    # arrival: context from the replayed pool, logical pages to the least-loaded groups in turn
+    pool = knobs.context_tokens.shape[0]
+    start = rng.uniform_index(rng.mix(*words, SALT_START), pool)
+    context = knobs.context_tokens[(start + state.arrivals) % pool]
+    want = (context + knobs.tokens_per_logical_page - 1) // jnp.maximum(knobs.tokens_per_logical_page, 1)
+    n_logical = jnp.minimum(want, lmax)
+    unused = jnp.arange(config.planes) >= n_groups
+    order = jnp.argsort(jnp.where(unused, jnp.iinfo(jnp.int32).max, load), stable=True)
+    new_group = order[(page - prefix) % n_groups]
+    new_owned = (page >= prefix) & (page < n_logical)
+    load = load + _slot_group_load(new_group, new_owned, size, config.planes)
+    return WorkingSetState(
+        group=state.group.at[slot].set(new_group),
+        logical_pages=state.logical_pages.at[slot].set(n_logical),
+        uid=state.uid.at[slot].set(state.arrivals),
+        group_load=load,
+        arrivals=state.arrivals + 1,
+        truncated=state.truncated + (want > lmax).astype(jnp.int32),
+    )
+
+
+def active_planes(words: tuple, state: WorkingSetState, knobs: WorkingSetKnobs, config: WorkingSetConfig):
+    """Plane of every physical page the active set reads for one layer: (plane, valid) of [R, Lmax, Lp]."""
+    r, lmax, lp = config.slots, config.max_logical_pages, config.max_pages_per_logical
+    size = pages_per_logical(knobs, config)
+    logical = jnp.arange(lmax, dtype=jnp.int32)[None, :, None]
+    stripe = jnp.arange(lp, dtype=jnp.int32)[None, None, :]
+    uid = state.uid[:, None, None]
+    valid = (logical < state.logical_pages[:, None, None]) & (stripe < size)
+    pk = knobs.placement
+    if config.placement == "random":
+        plane = rng.uniform_index(rng.mix(*words, SALT_PAGE, uid, logical, stripe), config.planes)
+    elif config.placement == "isolated":
+        block = (logical * size + stripe) // jnp.maximum(pk.pages_per_block, 1)
+        plane = rng.uniform_index(rng.mix(*words, SALT_BLOCK, uid, block), config.planes)
+    else:
+        offset = rng.uniform_index(rng.mix(*words, SALT_PAGE, uid, logical), jnp.maximum(pk.group_size, 1))
+        plane = striped_plane(state.group[:, :, None], offset, stripe, pk.group_size)
+    return _with_shared_prefix(words, plane, state, knobs, config), valid
+
+
+def _with_shared_prefix(words, plane, state, knobs, config):
+    """Replace the prefix pages by the replica each request is redirected to (HBFlex §5.2)."""
+    n_groups = group_count(config.planes, knobs.placement.group_size)
+    prefix = _prefix_logical_pages(knobs)
+    replicas = jnp.clip(knobs.replicas, 1, jnp.minimum(n_groups, config.max_replicas))
+    lmax, lp = config.max_logical_pages, config.max_pages_per_logical
+    logical = jnp.arange(lmax, dtype=jnp.int32)
+    stripe = jnp.arange(lp, dtype=jnp.int32)
+    # replica k of prefix page l sits in group (base_l + k · n_groups / replicas): distinct groups
+    base = rng.uniform_index(rng.mix(*words, SALT_PREFIX, logical), n_groups)  # [Lmax]
+    spread = jnp.maximum(n_groups // replicas, 1)
+    k = jnp.arange(config.max_replicas, dtype=jnp.int32)
+    replica_group = (base[:, None] + k[None, :] * spread) % n_groups  # [Lmax, max_replicas]
+    replica_load = jnp.where(k < replicas, state.group_load[replica_group], jnp.iinfo(jnp.int32).max)
+    rank = jnp.argsort(replica_load, axis=-1, stable=True)  # replicas of each page, least loaded first
+    request_rank = jnp.arange(config.slots, dtype=jnp.int32) % replicas  # requests spread over replicas
+    chosen = rank[:, request_rank].T  # [R, Lmax]
+    group = (base[None, :] + chosen * spread) % n_groups
+    offset = rng.uniform_index(rng.mix(*words, SALT_PREFIX + 100, logical), jnp.maximum(knobs.placement.group_size, 1))
+    prefix_plane = striped_plane(group[:, :, None], offset[None, :, None], stripe[None, None, :],
+                                 knobs.placement.group_size)
+    return jnp.where((logical < prefix)[None, :, None], prefix_plane, plane)
+
+
+def _chunk_table(plane, valid, config):
+    """Chunks (work tiles) in request-major order, valid ones first: plane ids [K, C·Lp], page mask, owner."""
+    r, lmax, lp = config.slots, config.max_logical_pages, config.max_pages_per_logical
+    c = config.chunk_logical_pages
+    per_req = lmax // c
+    plane = plane.reshape(r * per_req, c * lp)
+    valid = valid.reshape(r * per_req, c * lp)
+    owner = jnp.repeat(jnp.arange(r, dtype=jnp.int32), per_req)
+    nonempty = jnp.any(valid, axis=1)
+    order = jnp.argsort(~nonempty, stable=True)
+    return plane[order], valid[order], owner[order], jnp.sum(nonempty)
+
+
+def _greedy_waves(plane, valid, owner, n_chunks, config):
+    """Scheduling wave of each chunk, placement-aware (HBFlex §5.2).
+
+    Each pick takes, from the look-ahead window of pending chunks, the chunk with the most pages on
+    planes the current wave has not touched, less its collisions with pages already in the wave
+    (once every plane is covered, the distinct-plane criterion alone cannot rank chunks).
+    """
+    k_total, width, window = plane.shape[0], plane.shape[1], config.window
+    w = config.chunks_per_wave
+    pad = jnp.zeros((window, width), plane.dtype)
+    plane_p = jnp.concatenate([plane, pad])
+    valid_p = jnp.concatenate([valid, jnp.zeros((window, width), bool)])
+    owner_p = jnp.concatenate([owner, jnp.full((window,), -1, owner.dtype)])
+
+    def pick(carry, step):
+        count, assigned, head, last_owner = carry
+        idx = head + jnp.arange(window)
+        cand_plane = jax.lax.dynamic_slice_in_dim(plane_p, head, window)
+        cand_valid = jax.lax.dynamic_slice_in_dim(valid_p, head, window)
+        free = (~jax.lax.dynamic_slice_in_dim(assigned, head, window)) & (idx < n_chunks)
+        # pages landing on planes this wave has not touched yet, minus collisions with pages it has
+        hits = jnp.where(cand_valid, count[cand_plane], 0)
+        gain = jnp.sum(cand_valid & (hits == 0), axis=1) - jnp.sum(hits, axis=1)
+        gain = gain.astype(jnp.float32) + 0.5 * (jax.lax.dynamic_slice_in_dim(owner_p, head, window) == last_owner)
+        choice = jnp.argmax(jnp.where(free, gain, -1.0))
+        chosen = head + choice
+        real = step < n_chunks
+        assigned = assigned.at[chosen].set(assigned[chosen] | real)
+        wave_full = (step + 1) % w == 0
+        count = count.at[cand_plane[choice]].add(cand_valid[choice].astype(jnp.int32) * real)
+        count = jnp.where(wave_full, jnp.zeros_like(count), count)
+        after = jax.lax.dynamic_slice_in_dim(assigned, head, window)
+        head = jnp.minimum(head + jnp.argmin(after) + jnp.all(after) * window, k_total)
+        return (count, assigned, head, owner_p[chosen]), (chosen, step // w)
+
+    init = (jnp.zeros((config.planes,), jnp.int32), jnp.zeros((k_total + window,), bool), jnp.int32(0), jnp.int32(-1))
+    _, (chosen, wave) = jax.lax.scan(pick, init, jnp.arange(k_total, dtype=jnp.int32))
+    return jnp.zeros((k_total + window,), jnp.int32).at[chosen].set(wave)[:k_total]
+
+
+def measure(words: tuple, state: WorkingSetState, knobs: WorkingSetKnobs, config: WorkingSetConfig) -> dict:
+    """Placement and access metrics of one attention read of the active set (one layer)."""
+    plane, valid = active_planes(words, state, knobs, config)
+    loads = plane_loads(plane, valid, config.planes)
+    pages = jnp.sum(loads)
+    mean = pages.astype(jnp.float32) / config.planes
+    served, offloaded = offload_hot_planes(loads, knobs.placement.offload_fraction)
+    # offloaded pages: a page on plane p is served from SRAM with probability excess_p / load_p
+    excess_share = (loads - served).astype(jnp.float32) / jnp.maximum(loads, 1).astype(jnp.float32)
+    thin = rng.uniform01(rng.mix(*words, SALT_THIN, state.arrivals, jnp.arange(plane.size).reshape(plane.shape)))
+    read = valid & (thin >= excess_share[plane])
+    chunk_plane, chunk_read, owner, n_chunks = _chunk_table(plane, read, config)
+    if config.schedule == "placement-aware":
+        wave = _greedy_waves(chunk_plane, chunk_read, owner, n_chunks, config)
+    else:
+        wave = jnp.arange(config.chunks, dtype=jnp.int32) // config.chunks_per_wave
+    n_waves = -(-config.chunks // config.chunks_per_wave)
+    wave_loads = plane_loads(wave[:, None] * config.planes + chunk_plane, chunk_read, n_waves * config.planes)
+    wave_loads = wave_loads.reshape(n_waves, config.planes)
+    wave_pages = jnp.sum(wave_loads, axis=1)
+    waves = jnp.sum(jnp.max(wave_loads, axis=1))
+    ideal = jnp.sum((wave_pages + config.planes - 1) // config.planes)
+    return {
+        "pages": pages,
+        "max_to_avg_load": jnp.max(loads) / jnp.maximum(mean, 1e-9),
+        "hot_plane_fraction": jnp.mean(loads > HOT_PLANE_FACTOR * mean),
+        "offload_max_to_avg_load": jnp.max(served) / jnp.maximum(mean, 1e-9),
+        "offloaded_pages": offloaded,
+        "sram_bytes": offloaded * config.page_bytes,
+        "waves": waves,
+        "ideal_waves": ideal,
+        "amplification": waves / jnp.maximum(ideal, 1),
+    }
+
+
+def simulate(stream: jax.Array, seed: jax.Array, knobs: WorkingSetKnobs, config: WorkingSetConfig) -> dict:
+    """Warm up, then alternate ``events_per_measurement`` events with one measured read.
+
+    Returns each metric as [measurements] plus ``truncated_requests`` (contexts longer than the
+    static page bound) and ``arrivals``.
+    """
+    words = (seed, stream)
+    step = lambda s, _: (event(words, s, knobs, config), None)  # noqa: E731
+    state, _ = jax.lax.scan(step, init_state(config), None, length=config.slots + config.warmup_events)
+
+    def measured(s, _):
+        s, _ = jax.lax.scan(step, s, None, length=config.events_per_measurement)
+        return s, measure(words, s, knobs, config)
+
+    state, metrics = jax.lax.scan(measured, state, None, length=config.measurements)
+    return {**metrics, "truncated_requests": state.truncated, "arrivals": state.arrivals}
