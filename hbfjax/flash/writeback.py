@@ -1,0 +1,302 @@
+"""Writeback policies for new KV and the exposed stall they cause (HBFlex §3.2, §5.3; DASH §V-B, §VI-F).
+
+Every iteration each layer produces new KV (decode: one token per running request; prefill: a
+chunk) at the end of its ``kv_point`` segment. A policy decides when it is programmed into HBF:
+
+* ``immediate``: each request's token KV (and the prefill chunk) is programmed at once; every
+  program costs a full tPROG even for a partial page (HBFlex §3.2).
+* ``stripe``: KV is aggregated in a buffer and programmed as full stripes of G pages (HBFlex §5.2).
+* ``window``: KV is buffered in base-die SRAM and programmed, in full stripes, only at the start of a
+  read-free window, as many rounds as fit before the next read (HBFlex §5.3); weight prefetch
+  (``prefetch`` knob) merges compute into longer windows; when the SRAM budget would overflow, the
+  excess is written back at once (a forced writeback) and the next read stalls.
+* ``dash-hbm``: decode KV is appended in HBM; once the HBM decode-KV budget is reached a full page
+  wave is written back over the HBM–HBF link right after the QKV projection, overlapping attention
+  (DASH §V-B "HBM-to-HBF KV Writeback"); prefill KV is written directly (next policy).
+* ``dash-prefill-direct``: prefill KV goes straight to HBF at the QKV projection, its programs
+  overlapping attention (DASH §V-B "Direct Prefill Write"); decode KV stays in HBM.
+
+The stall is never assumed: it is the wait of each read for the programs on its planes
+(:mod:`hbfjax.flash.interference`), so forced writebacks and overrunning programs cost exactly what
+the plane timeline says. One stream: ``stream_fn`` for :func:`hbfjax.batch.run`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+
+from hbfjax import rng
+from hbfjax.flash.interference import program_pages, read_wait_us, touched_slots
+from hbfjax.flash.timeline import Timeline, apply_prefetch, window_after
+
+POLICIES = ("immediate", "stripe", "window", "dash-hbm", "dash-prefill-direct")
+SALT_PHASE, SALT_TOUCH, SALT_PREFILL = 41, 42, 43
+
+
+@dataclass(frozen=True)
+class WritebackConfig:
+    """Static shape of a writeback rollout (hashable; a change recompiles)."""
+
+    policy: str
+    layers: int
+    segments: int
+    plane_slots: int
+    iterations: int
+    warmup_iterations: int = 0  # discarded before averaging
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"WritebackConfig.policy = {self.policy!r}: choose one of {POLICIES}")
+        for name in ("layers", "segments", "plane_slots", "iterations"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"WritebackConfig.{name} = {v!r}: must be an int >= 1")
+        if not 0 <= self.warmup_iterations < self.iterations:
+            raise ValueError(f"WritebackConfig.warmup_iterations = {self.warmup_iterations!r}: must lie in "
+                             f"[0, iterations = {self.iterations})")
+
+    def check(self, knobs: "WritebackKnobs") -> None:
+        """Raise if the knob arrays do not match this config's shapes."""
+        tl = knobs.timeline
+        got = (tl.duration_us.shape[-2], tl.duration_us.shape[-1], tl.touch_mask.shape[-1])
+        if got != (self.layers, self.segments, self.plane_slots):
+            raise ValueError(f"timeline shape (layers, segments, plane_slots) = {got}: config says "
+                             f"{(self.layers, self.segments, self.plane_slots)}")
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class FlashKnobs:
+    """Traced flash and buffer knobs (scalars; stack a leading axis to sweep)."""
+
+    t_prog_us: jax.Array  # f32[] page program latency tPROG
+    page_bytes: jax.Array  # f32[] bytes of one HBF page
+    planes_per_slot: jax.Array  # f32[] physical planes one plane slot stands for (program in parallel)
+    stripe_pages: jax.Array  # f32[] G: pages of one stripe (stripe, window)
+    buffer_capacity_pages: jax.Array  # f32[] SRAM KV budget (window) or HBM decode-KV budget (dash-hbm)
+    buffer_base_pages: jax.Array  # f32[] pages already buffered before the run (not in the state)
+    wave_pages: jax.Array  # f32[] one full page wave (dash-hbm)
+    link_bw_gbps: jax.Array  # f32[] HBM→HBF link, before a writeback wave can program (dash-hbm)
+    prefetch: jax.Array  # f32[] 1: prefetch weights to merge compute windows (HBFlex Fig. 13a)
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class WorkloadKnobs:
+    """Per-iteration new KV (traced): decode requests, and a prefill chunk with a probability."""
+
+    decode_requests: jax.Array  # f32[] running decode requests (one new token each per iteration)
+    prefill_chunk_tokens: jax.Array  # f32[] tokens of a prefill chunk
+    prefill_prob: jax.Array  # f32[] probability an iteration carries a prefill chunk
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class WritebackKnobs:
+    timeline: Timeline
+    flash: FlashKnobs
+    workload: WorkloadKnobs
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class WritebackState:
+    """Carried across iterations (one stream)."""
+
+    busy_until_us: jax.Array  # f32[P] when each plane slot's programs end, from the iteration start
+    cursor: jax.Array  # i32[] next plane slot of the round-robin allocation
+    buffer_pages: jax.Array  # f32[] KV buffered, not yet programmed (above buffer_base_pages)
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class IterationStats:
+    """What one iteration cost (one stream; a leading [T] axis from the rollout)."""
+
+    stall_us: jax.Array  # f32[] read waits added to the critical path
+    iteration_us: jax.Array  # f32[] critical-path length, waits included
+    program_busy_us: jax.Array  # f32[] Σ over program batches of rounds × tPROG
+    pages_programmed: jax.Array  # i32[] page programs issued (a partial page counts one)
+    program_rounds: jax.Array  # i32[] Σ over batches of sequential program rounds (stripes/waves)
+    forced_writebacks: jax.Array  # i32[] forced writebacks (window) or writeback waves (dash-hbm)
+    buffer_end_pages: jax.Array  # f32[] buffer at the iteration end (above base)
+    buffer_peak_pages: jax.Array  # f32[] buffer peak during the iteration (above base)
+
+
+def flash_knobs(t_prog_us=75.0, page_bytes=4096, planes_per_slot=1.0, stripe_pages=32, buffer_capacity_pages=1e6,
+                buffer_base_pages=0.0, wave_pages=4096, link_bw_gbps=1600.0, prefetch=1.0) -> FlashKnobs:
+    f = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
+    return FlashKnobs(t_prog_us=f(t_prog_us), page_bytes=f(page_bytes), planes_per_slot=f(planes_per_slot),
+                      stripe_pages=f(stripe_pages), buffer_capacity_pages=f(buffer_capacity_pages),
+                      buffer_base_pages=f(buffer_base_pages), wave_pages=f(wave_pages),
+                      link_bw_gbps=f(link_bw_gbps), prefetch=f(prefetch))
+
+
+def workload_knobs(decode_requests=64, prefill_chunk_tokens=0, prefill_prob=0.0) -> WorkloadKnobs:
+    f = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
+    return WorkloadKnobs(decode_requests=f(decode_requests), prefill_chunk_tokens=f(prefill_chunk_tokens),
+                         prefill_prob=f(prefill_prob))
+
+
+def init_state(config: WritebackConfig) -> WritebackState:
+    return WritebackState(busy_until_us=jnp.zeros(config.plane_slots, jnp.float32), cursor=jnp.int32(0),
+                          buffer_pages=jnp.float32(0.0))
+
+
+# --- policies: masked arithmetic on scalars (static policy, so no per-stream branch) -----------
+
+def _whole_stripes(pages, stripe):
+    return jnp.floor(pages / stripe) * stripe
+
+
+def kv_programs(policy: str, buffer_pages, decode_requests, prefill_tokens, kv_bytes, fk: FlashKnobs):
+    """At a layer's kv_point: (buffer_pages, pages to program now, pages to program after the link
+    transfer, forced/wave count). ``kv_bytes`` is the layer's KV bytes per token."""
+    page = fk.page_bytes
+    dec_pages = decode_requests * kv_bytes / page
+    pre_pages = prefill_tokens * kv_bytes / page
+    direct_prefill = jnp.ceil(pre_pages)
+    zero = jnp.float32(0.0)
+    if policy == "immediate":
+        # one (partial-)page program per request per layer, plus the chunk's pages (HBFlex §3.2)
+        return buffer_pages, decode_requests * jnp.ceil(kv_bytes / page) + direct_prefill, zero, jnp.int32(0)
+    if policy in ("stripe", "window"):
+        buf = buffer_pages + dec_pages + pre_pages
+        if policy == "stripe":
+            n = _whole_stripes(buf, fk.stripe_pages)
+            return buf - n, n, zero, jnp.int32(0)
+        over = buf - fk.buffer_capacity_pages
+        forced = over > 0
+        n = jnp.where(forced, jnp.minimum(jnp.ceil(over / fk.stripe_pages) * fk.stripe_pages, jnp.floor(buf)), 0.0)
+        return buf - n, n, zero, forced.astype(jnp.int32)
+    buf = buffer_pages + dec_pages
+    if policy == "dash-prefill-direct":
+        return buf, direct_prefill, zero, jnp.int32(0)
+    # dash-hbm: one wave per layer once the HBM decode-KV budget is reached (DASH §V-B)
+    wave = (buf + fk.buffer_base_pages >= fk.buffer_capacity_pages) & (buf >= fk.wave_pages)
+    n_wave = jnp.where(wave, fk.wave_pages, 0.0)
+    return buf - n_wave, direct_prefill, n_wave, wave.astype(jnp.int32)
+
+
+def window_drain(buffer_pages, window_us, fk: FlashKnobs, plane_slots: int):
+    """Pages the window policy programs at the start of a read-free window of ``window_us``: whole stripes,
+    at most as many rounds on every plane as fit before the next read (HBFlex §5.3)."""
+    rounds = jnp.floor(window_us / fk.t_prog_us)
+    fit = rounds * plane_slots * fk.planes_per_slot
+    return _whole_stripes(jnp.minimum(buffer_pages, fit), fk.stripe_pages)
+
+
+# --- one iteration -----------------------------------------------------------------------------
+
+def iteration_step(state: WritebackState, inputs, words, knobs: WritebackKnobs, config: WritebackConfig,
+                   plan) -> tuple[WritebackState, IterationStats]:
+    """One serving iteration: every layer's segments in order (HBFlex Fig. 8). ``inputs`` = (iteration,
+    decode_requests, prefill_tokens); ``words`` = (seed, stream) hash words; ``plan`` = the prefetched
+    timeline and its windows (computed once per rollout)."""
+    it, dec, pre = inputs
+    tl, gap_dec, gap_pre, gap_start = plan
+    fk = knobs.flash
+    S, P, policy = config.segments, config.plane_slots, config.policy
+    h_iter = rng.mix(*words, it)
+
+    def layer(carry, lx):
+        st, t, acc = carry
+        l, dur, pre_us, is_read, frac, mask, kvp, jit, kvb, gd, gp, gs = lx
+        u_layer = rng.uniform01(rng.mix(h_iter, l, SALT_PHASE))
+        busy, cursor, buf = st.busy_until_us, st.cursor, st.buffer_pages
+        stall, busy_us, pages, rounds, forced, peak = acc
+        for s in range(S):  # the fixed segments of one layer, in time order (static structure)
+            d = (dur[s] + pre_us[s] * pre) * (1.0 + jit[s] * (2.0 * u_layer - 1.0))
+            if policy == "window":
+                n = jnp.where(gs[s], window_drain(buf, gd[s] + gp[s] * pre, fk, P), 0.0)
+                busy, cursor, b_us, r = program_pages(busy, cursor, n, t, fk.t_prog_us, fk.planes_per_slot)
+                buf, busy_us, pages, rounds = buf - n, busy_us + b_us, pages + n.astype(jnp.int32), rounds + r
+            touched = touched_slots(rng.mix(h_iter, l * S + s, SALT_TOUCH), frac[s], mask[s])
+            wait = jnp.where(is_read[s], read_wait_us(busy, touched, t), 0.0)
+            stall, t = stall + wait, t + wait + d
+            buf_k, now, later, f = kv_programs(policy, buf, dec, pre, kvb, fk)
+            buf = jnp.where(kvp[s], buf_k, buf)
+            now, later = jnp.where(kvp[s], now, 0.0), jnp.where(kvp[s], later, 0.0)
+            forced = forced + jnp.where(kvp[s], f, 0)
+            busy, cursor, b_us, r = program_pages(busy, cursor, now, t, fk.t_prog_us, fk.planes_per_slot)
+            busy_us, pages, rounds = busy_us + b_us, pages + now.astype(jnp.int32), rounds + r
+            if policy == "dash-hbm":
+                xfer_us = later * fk.page_bytes / (fk.link_bw_gbps * 1e3)
+                busy, cursor, b_us, r = program_pages(busy, cursor, later, t + xfer_us, fk.t_prog_us,
+                                                      fk.planes_per_slot)
+                busy_us, pages, rounds = busy_us + b_us, pages + later.astype(jnp.int32), rounds + r
+            peak = jnp.maximum(peak, buf)
+        st = WritebackState(busy_until_us=busy, cursor=cursor, buffer_pages=buf)
+        return (st, t, (stall, busy_us, pages, rounds, forced, peak)), None
+
+    L = config.layers
+    lx = (jnp.arange(L, dtype=jnp.int32), tl.duration_us, tl.prefill_us_per_token, tl.is_read, tl.touch_fraction,
+          tl.touch_mask, tl.kv_point, tl.phase_jitter, tl.kv_bytes_per_token,
+          gap_dec.reshape(L, S), gap_pre.reshape(L, S), gap_start.reshape(L, S))
+    f0, i0 = jnp.float32(0.0), jnp.int32(0)
+    acc0 = (f0, f0, i0, i0, i0, state.buffer_pages)
+    (st, t, acc), _ = jax.lax.scan(layer, (state, f0, acc0), lx)
+    stall, busy_us, pages, rounds, forced, peak = acc
+    st = WritebackState(busy_until_us=jnp.maximum(st.busy_until_us - t, 0.0), cursor=st.cursor,
+                        buffer_pages=st.buffer_pages)
+    return st, IterationStats(stall_us=stall, iteration_us=t, program_busy_us=busy_us, pages_programmed=pages,
+                              program_rounds=rounds, forced_writebacks=forced, buffer_end_pages=st.buffer_pages,
+                              buffer_peak_pages=peak)
+
+
+def plan_timeline(knobs: WritebackKnobs):
+    """The timeline after weight prefetch and its read-free windows (depends on knobs only)."""
+    tl = apply_prefetch(knobs.timeline, knobs.flash.prefetch)
+    return (tl, *window_after(tl))
+
+
+def rollout(words, decode_requests, prefill_tokens, knobs: WritebackKnobs, config: WritebackConfig,
+            state: WritebackState | None = None) -> tuple[WritebackState, IterationStats]:
+    """``lax.scan`` over iterations with per-iteration inputs ``decode_requests[T]``, ``prefill_tokens[T]``
+    (a serving engine passes its own); returns the final state and stats with a leading [T] axis."""
+    plan = plan_timeline(knobs)
+    state = init_state(config) if state is None else state
+    T = decode_requests.shape[0]
+    xs = (jnp.arange(T, dtype=jnp.int32), decode_requests.astype(jnp.float32), prefill_tokens.astype(jnp.float32))
+    return jax.lax.scan(lambda s, x: iteration_step(s, x, words, knobs, config, plan), state, xs)
+
+
+def iteration_inputs(words, knobs: WritebackKnobs, config: WritebackConfig):
+    """decode_requests[T], prefill_tokens[T]: a prefill chunk in each iteration with ``prefill_prob``."""
+    it = jnp.arange(config.iterations, dtype=jnp.uint32)
+    wl = knobs.workload
+    has_prefill = rng.uniform01(rng.mix(*words, it, SALT_PREFILL)) < wl.prefill_prob
+    dec = jnp.full(config.iterations, wl.decode_requests, jnp.float32)
+    return dec, jnp.where(has_prefill, wl.prefill_chunk_tokens, 0.0)
+
+
+def summarize(stats: IterationStats, knobs: WritebackKnobs, config: WritebackConfig) -> dict:
+    """Per-stream summary over the measured iterations (after warm-up)."""
+    w = config.warmup_iterations
+    m = jax.tree_util.tree_map(lambda a: a[w:], stats)
+    page = knobs.flash.page_bytes
+    base = knobs.flash.buffer_base_pages
+    mean = lambda a: jnp.mean(a.astype(jnp.float32))  # noqa: E731
+    return {
+        "stall_us_per_iteration": mean(m.stall_us),
+        "iteration_us": mean(m.iteration_us),
+        "program_busy_us_per_iteration": mean(m.program_busy_us),
+        "pages_programmed_per_iteration": mean(m.pages_programmed),
+        "program_rounds_per_iteration": mean(m.program_rounds),
+        "forced_writebacks": jnp.sum(m.forced_writebacks),
+        "buffer_mean_bytes": (mean(m.buffer_end_pages) + base) * page,
+        "buffer_peak_bytes": (jnp.max(m.buffer_peak_pages) + base) * page,
+        "stall_us_total": jnp.sum(m.stall_us),
+        "program_busy_us_total": jnp.sum(m.program_busy_us),
+    }
+
+
+def stream_fn(stream_id, seed, knobs: WritebackKnobs, config: WritebackConfig) -> dict:
+    """One Monte Carlo stream for :func:`hbfjax.batch.run`: random prefill chunks, hashed read placement."""
+    words = (seed, stream_id)
+    dec, pre = iteration_inputs(words, knobs, config)
+    _, stats = rollout(words, dec, pre, knobs, config)
+    return summarize(stats, knobs, config)
