@@ -1,0 +1,295 @@
+"""Blocks and garbage collection of one HBF stream: allocation by class, victim selection, reclaim.
+
+The machinery behind write amplification (DESIGN.md §4 "Blocks and GC", HBFlex §3.3 and §5.4,
+DASH §V-A2). Every physical page carries an *owner tag* (≥ 0: valid, −1: stale or unwritten); a
+workload decides what a tag means (a logical page, a request instance) and when it dies. Pages are
+appended to the open block of their *allocation class* (one class = interleaved; one per request
+slot = request-isolated; one per lifetime label = lifetime-labelled packing; a protected class =
+DASH weight-owned blocks that are never GC victims). New blocks come from a ring of erased blocks.
+
+Vectorised for vmap (DESIGN.md §3): ``append`` places a whole batch of pages with one cumulative
+sum per class, and ``reclaim`` picks up to ``victims_per_gc`` victims with one ``top_k`` over the
+block array and migrates their valid pages as one batch — so the O(blocks) victim search is paid
+once per chunk of host writes, not once per write; streams that need no GC mask it away.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+
+from hbfjax import rng
+
+VICTIMS = ("greedy", "fifo", "random")
+FREE, OPEN, CLOSED = 0, 1, 2  # block status
+_INT_MAX = jnp.iinfo(jnp.int32).max
+
+
+class GcConfigError(ValueError):
+    """A GC/workload configuration value breaks a rule; the message names field, value and rule."""
+
+
+def require(ok: bool, cls: str, name: str, value, rule: str) -> None:
+    """Raise ``GcConfigError('<cls>.<name> = <value>: <rule>')`` unless ``ok``."""
+    if not ok:
+        raise GcConfigError(f"{cls}.{name} = {value!r}: {rule}")
+
+
+@dataclass(frozen=True)
+class BlockConfig:
+    """Static geometry and GC policy of one stream's block array (sets shapes: static under jit)."""
+
+    n_blocks: int
+    pages_per_block: int
+    victim: str = "greedy"  # greedy (fewest valid) | fifo (oldest opened) | random
+    n_classes: int = 1  # allocation classes, each with its own open block
+    victims_per_gc: int = 8  # victims examined per reclaim call (the amortised batch)
+    protected_class: int = -1  # blocks of this class are never victims (DASH weight blocks); -1: none
+
+    def __post_init__(self) -> None:
+        c = type(self).__name__
+        require(self.n_blocks >= 4, c, "n_blocks", self.n_blocks, "need at least 4 blocks")
+        require(self.pages_per_block >= 1, c, "pages_per_block", self.pages_per_block, "must be >= 1")
+        require(self.n_blocks * self.pages_per_block < 2**30, c, "n_blocks", self.n_blocks,
+                "n_blocks × pages_per_block must stay below 2^30 (int32 page indices)")
+        require(self.victim in VICTIMS, c, "victim", self.victim, f"must be one of {VICTIMS}")
+        require(self.n_classes >= 1, c, "n_classes", self.n_classes, "must be >= 1")
+        require(1 <= self.victims_per_gc <= self.n_blocks, c, "victims_per_gc", self.victims_per_gc,
+                f"must be in [1, n_blocks = {self.n_blocks}]")
+        require(-1 <= self.protected_class < self.n_classes, c, "protected_class", self.protected_class,
+                f"must be -1 or a class index < n_classes = {self.n_classes}")
+
+    @property
+    def physical_pages(self) -> int:
+        return self.n_blocks * self.pages_per_block
+
+
+@jax.tree_util.register_dataclass
+@dataclass
+class BlockState:
+    """Per-stream block array. B = n_blocks, K = pages_per_block, C = n_classes."""
+
+    owner: jax.Array  # int32[B, K] owner tag of each physical page; -1 = stale or unwritten
+    valid: jax.Array  # int32[B] valid pages per block
+    status: jax.Array  # int32[B] FREE / OPEN / CLOSED
+    block_class: jax.Array  # int32[B] class the block was opened for; -1 when free
+    opened_at: jax.Array  # int32[B] sequence number of the block's opening (FIFO age)
+    erases: jax.Array  # int32[B] erase count
+    ring: jax.Array  # int32[B] circular list of free blocks, valid between head and tail
+    head: jax.Array  # int32[] ring position of the next free block to open
+    tail: jax.Array  # int32[] ring position where the next erased block goes
+    open_block: jax.Array  # int32[C] open block of each class, -1 none
+    open_ptr: jax.Array  # int32[C] pages written in the open block, in [1, K]; K = full or none
+    n_opened: jax.Array  # int32[] blocks opened so far
+    host_pages: jax.Array  # int32[] host page programs (counted by the workload)
+    migrated_pages: jax.Array  # int32[] page programs made by GC migration
+    gc_invocations: jax.Array  # int32[] reclaim calls that erased at least one block
+    gc_calls: jax.Array  # int32[] reclaim calls (salt of the random victim draw)
+    overflow: jax.Array  # bool[] sticky: the free pool ran dry (results after it are not valid)
+
+
+def init_state(config: BlockConfig) -> BlockState:
+    """An erased device: every block free, in index order on the ring."""
+    b, k, c = config.n_blocks, config.pages_per_block, config.n_classes
+    i32 = lambda v: jnp.asarray(v, jnp.int32)  # noqa: E731
+    return BlockState(
+        owner=jnp.full((b, k), -1, jnp.int32), valid=jnp.zeros(b, jnp.int32),
+        status=jnp.full(b, FREE, jnp.int32), block_class=jnp.full(b, -1, jnp.int32),
+        opened_at=jnp.zeros(b, jnp.int32), erases=jnp.zeros(b, jnp.int32),
+        ring=jnp.arange(b, dtype=jnp.int32), head=i32(0), tail=i32(b),
+        open_block=jnp.full(c, -1, jnp.int32), open_ptr=jnp.full(c, k, jnp.int32), n_opened=i32(0),
+        host_pages=i32(0), migrated_pages=i32(0), gc_invocations=i32(0), gc_calls=i32(0),
+        overflow=jnp.asarray(False))
+
+
+def free_blocks(state: BlockState) -> jax.Array:
+    """int32[] erased blocks in the pool (not counting the open blocks' unwritten pages)."""
+    return state.tail - state.head
+
+
+def free_pages(state: BlockState, config: BlockConfig) -> jax.Array:
+    """int32[] writable pages: the free pool plus what is left in every open block."""
+    k = config.pages_per_block
+    open_left = jnp.where(state.open_block >= 0, k - state.open_ptr, 0)
+    return free_blocks(state) * k + open_left.sum()
+
+
+def written_pages(state: BlockState, config: BlockConfig) -> jax.Array:
+    """int32[B] pages programmed (or abandoned) in each block since its erase: K closed, ptr open, 0 free."""
+    k = config.pages_per_block
+    ptr_of_block = jnp.zeros_like(state.valid).at[state.open_block].set(state.open_ptr, mode="drop")
+    return jnp.where(state.status == CLOSED, k, jnp.where(state.status == OPEN, ptr_of_block, 0))
+
+
+def page_counts(state: BlockState, config: BlockConfig) -> dict:
+    """Conservation terms (int32[]): valid + stale + free = physical pages (stale includes abandoned)."""
+    valid = state.valid.sum()
+    stale = written_pages(state, config).sum() - valid
+    return {"valid": valid, "stale": stale, "free": free_pages(state, config),
+            "physical": jnp.int32(config.physical_pages)}
+
+
+def _within_class_index(cls: jax.Array, write: jax.Array, n_classes: int):
+    """(index of each written page within its class, pages per class) — order of appearance."""
+    onehot = ((cls[:, None] == jnp.arange(n_classes)[None, :]) & write[:, None]).astype(jnp.int32)
+    csum = jnp.cumsum(onehot, axis=0)
+    idx = jnp.take_along_axis(csum, jnp.clip(cls, 0, n_classes - 1)[:, None], axis=1)[:, 0] - 1
+    return idx, csum[-1]
+
+
+def append(state: BlockState, owner: jax.Array, cls: jax.Array, write: jax.Array,
+           config: BlockConfig) -> tuple[BlockState, jax.Array, jax.Array]:
+    """Program a batch of pages, in order, into the open block of each page's class.
+
+    ``owner`` int32[n] (tag written; −1 programs a page that is stale at once), ``cls`` int32[n],
+    ``write`` bool[n] (False: no program). A class whose open block fills opens the next free block
+    from the ring (HBFlex §5.4: a partially filled block of the same label first, else a new block).
+    Returns (state, dest_block int32[n], dest_page int32[n]); unwritten entries get block B (a
+    dropped index). Sets ``overflow`` if the pool had too few free blocks.
+    """
+    b, k, c = config.n_blocks, config.pages_per_block, config.n_classes
+    n = owner.shape[0]
+    idx, per_class = _within_class_index(cls, write, c)
+    total = state.open_ptr + per_class  # [C]
+    new_blocks = jnp.maximum((total - 1) // k, 0)  # ptr ∈ [1, K] so `total ≤ K` needs none
+    base = jnp.cumsum(new_blocks) - new_blocks
+    n_new = new_blocks.sum()
+
+    cls_c = jnp.clip(cls, 0, c - 1)
+    pos = state.open_ptr[cls_c] + idx
+    q, off = pos // k, pos % k
+    ring_pos = (state.head + base[cls_c] + q - 1) % b
+    blk = jnp.where(q == 0, state.open_block[cls_c], state.ring[ring_pos])
+    blk = jnp.where(write, blk, b)  # out of range: dropped by the scatters below
+
+    owner_arr = state.owner.at[blk, off].set(jnp.where(write, owner, -1), mode="drop")
+    valid = state.valid.at[blk].add((write & (owner >= 0)).astype(jnp.int32), mode="drop")
+
+    # Blocks opened in this call: slot t is ring position head + t, class = first c with cum > t.
+    max_new = n // k + c + 1
+    t = jnp.arange(max_new, dtype=jnp.int32)
+    cum = jnp.cumsum(new_blocks)
+    t_cls = jnp.searchsorted(cum, t, side="right").astype(jnp.int32)
+    t_live = t < n_new
+    t_blk = jnp.where(t_live, state.ring[(state.head + t) % b], b)
+    t_last = t == (jnp.take(cum, jnp.clip(t_cls, 0, c - 1)) - 1)
+    status = state.status.at[jnp.where((new_blocks > 0) & (state.open_block >= 0), state.open_block, b)].set(
+        CLOSED, mode="drop")
+    status = status.at[t_blk].set(jnp.where(t_last, OPEN, CLOSED), mode="drop")
+    block_class = state.block_class.at[t_blk].set(t_cls, mode="drop")
+    opened_at = state.opened_at.at[t_blk].set(state.n_opened + t, mode="drop")
+
+    last_ring = state.ring[(state.head + base + new_blocks - 1) % b]
+    open_block = jnp.where(new_blocks > 0, last_ring, state.open_block)
+    open_ptr = total - new_blocks * k
+    overflow = state.overflow | (n_new > free_blocks(state))
+    state = dataclasses.replace(
+        state, owner=owner_arr, valid=valid, status=status, block_class=block_class, opened_at=opened_at,
+        head=state.head + n_new, open_block=open_block, open_ptr=open_ptr, n_opened=state.n_opened + n_new,
+        overflow=overflow)
+    return state, blk, off
+
+
+def victim_score(state: BlockState, seed: jax.Array, stream_id: jax.Array, config: BlockConfig) -> jax.Array:
+    """int32[B] victim score, lower = reclaimed first; INT_MAX for blocks that cannot be victims.
+
+    Candidates are closed blocks outside the protected class (DASH §V-A2: weight-owned blocks are
+    never examined). Greedy: valid pages; FIFO: opening order; random: a hash per (call, block).
+    """
+    if config.victim == "greedy":
+        score = state.valid
+    elif config.victim == "fifo":
+        score = state.opened_at
+    else:
+        h = rng.mix(seed, stream_id, state.gc_calls, jnp.arange(config.n_blocks), 0x6C)
+        score = (h >> 1).astype(jnp.int32)
+    candidate = (state.status == CLOSED) & (state.block_class != config.protected_class)
+    return jnp.where(candidate, jnp.minimum(score, _INT_MAX - 1), _INT_MAX)
+
+
+def reclaim(state: BlockState, target_free_pages: jax.Array, seed: jax.Array, stream_id: jax.Array,
+            config: BlockConfig):
+    """One amortised GC round: erase victims until the pool holds ``target_free_pages`` (or g victims).
+
+    Picks the g = ``victims_per_gc`` best candidates with one ``top_k``, keeps the prefix whose
+    reclaimed pages are still needed, programs their valid pages into the open block of the class
+    each victim block had (GC-moved pages keep their lifetime label, HBFlex §5.4), then erases the
+    victims onto the tail of the free ring. A target at or below the pool's size reclaims nothing.
+    Returns (state, moved) where ``moved`` = (owner int32[g·K], dest_block, dest_page, mask bool[g·K]).
+    """
+    k = config.pages_per_block
+    score = victim_score(state, seed, stream_id, config)
+    neg, victims = jax.lax.top_k(-score, config.victims_per_gc)
+    cand = -neg < _INT_MAX
+    v = jnp.where(cand, state.valid[victims], k)
+    gain = k - v
+    before = free_blocks(state) * k + jnp.cumsum(gain) - gain
+    # Victims are erased after the batch's migration, so the batch must fit in today's free pages.
+    # Victim j is taken if the earlier ones plus a *full* block fit: a rule that does not look at
+    # v_j itself, so it cannot bias which victims are taken (random victim stays uniform).
+    # One class fills its open block first; with C classes each may also round up to a new block.
+    c = config.n_classes
+    earlier = jnp.cumsum(v) - v
+    if c == 1:
+        fits = earlier + k <= free_pages(state, config)
+    else:
+        j = jnp.arange(config.victims_per_gc, dtype=jnp.int32)
+        fits = earlier + k + k * jnp.minimum(j + 1, c) <= free_blocks(state) * k
+    take = cand & (before < target_free_pages) & fits
+
+    pages = state.owner[victims]  # [g, K]
+    move = take[:, None] & (pages >= 0)
+    cls = jnp.broadcast_to(state.block_class[victims][:, None], pages.shape)
+    owners, move_flat = pages.reshape(-1), move.reshape(-1)
+    state, dest_blk, dest_page = append(state, owners, cls.reshape(-1), move_flat, config)
+
+    b = config.n_blocks
+    vb = jnp.where(take, victims, b)
+    rank = jnp.cumsum(take) - 1
+    n_take = take.sum().astype(jnp.int32)
+    state = dataclasses.replace(
+        state,
+        owner=state.owner.at[vb].set(-1, mode="drop"),
+        valid=state.valid.at[vb].set(0, mode="drop"),
+        status=state.status.at[vb].set(FREE, mode="drop"),
+        block_class=state.block_class.at[vb].set(-1, mode="drop"),
+        erases=state.erases.at[vb].add(1, mode="drop"),
+        ring=state.ring.at[jnp.where(take, (state.tail + rank) % b, b)].set(victims, mode="drop"),
+        tail=state.tail + n_take,
+        migrated_pages=state.migrated_pages + move_flat.sum().astype(jnp.int32),
+        gc_invocations=state.gc_invocations + (n_take > 0).astype(jnp.int32),
+        gc_calls=state.gc_calls + 1,
+    )
+    return state, (owners, dest_blk, dest_page, move_flat)
+
+
+def gc_target_pages(state: BlockState, trigger_used: jax.Array, target_used: jax.Array,
+                    config: BlockConfig) -> jax.Array:
+    """Free-pool pages GC must restore now: (1 − target_used)·physical once used > trigger_used, else 0.
+
+    ``used`` = physical − free pool (HBFlex §5.4: GC at 95 % used; the gap to the eviction threshold
+    is the deferred reclamation). Fractions are traced knobs, so sweeping them never recompiles.
+    """
+    phys = jnp.float32(config.physical_pages)
+    pool = (free_blocks(state) * config.pages_per_block).astype(jnp.float32)
+    triggered = (phys - pool) > trigger_used * phys
+    return jnp.where(triggered, jnp.ceil((1.0 - target_used) * phys), 0.0).astype(jnp.int32)
+
+
+def collect(state: BlockState, rounds: int, target_free_pages, seed, stream_id, config: BlockConfig,
+            on_move=None, carry=None):
+    """``rounds`` reclaim rounds (static unroll); ``on_move(carry, moved) -> carry`` sees each batch."""
+    for _ in range(rounds):
+        state, moved = reclaim(state, target_free_pages, seed, stream_id, config)
+        if on_move is not None:
+            carry = on_move(carry, moved)
+    return state, carry
+
+
+def erase_summary(e: jax.Array) -> dict:
+    """Erases per block int32[B] -> mean, max, spread (max − min)."""
+    return {"erases_per_block_mean": e.mean(), "erases_per_block_max": e.max(),
+            "erases_per_block_spread": e.max() - e.min()}

@@ -1,0 +1,204 @@
+"""Logical-page overwrite workload: the textbook GC case with known analytic WAF (DESIGN.md §4, §8).
+
+The device is filled once with every logical page (sequentially, not counted), then host writes
+overwrite logical pages uniformly, or hot/cold (a fraction r of writes to a fraction f of pages).
+Each chunk of ``chunk_pages`` host writes runs one amortised GC phase first, then programs the
+chunk as one batch (duplicates inside a chunk: only the last copy stays valid). Warm-up drive
+writes run before the measured ones and are reported apart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+
+from hbfjax import rng
+from hbfjax.flash import gc
+from hbfjax.flash.gc import BlockConfig, BlockState, require
+
+WORKLOADS = ("uniform", "hotcold")
+
+
+@dataclass(frozen=True)
+class OverwriteConfig:
+    """Static shape of an overwrite run: device, logical size, chunking and run length."""
+
+    blocks: BlockConfig
+    logical_pages: int  # L: pages the host can address (spare factor s = 1 − L / physical)
+    chunk_pages: int  # host writes per scan step (one GC phase each)
+    warmup_chunks: int  # chunks before measuring (the first fill is set up directly, not simulated)
+    measure_chunks: int
+    workload: str = "uniform"
+    gc_rounds: int = 2  # reclaim calls per chunk (each up to victims_per_gc victims)
+
+    def __post_init__(self) -> None:
+        c = type(self).__name__
+        phys = self.blocks.physical_pages
+        require(self.workload in WORKLOADS, c, "workload", self.workload, f"must be one of {WORKLOADS}")
+        require(self.blocks.n_classes == 1, c, "blocks.n_classes", self.blocks.n_classes,
+                "the overwrite workload uses one allocation class")
+        require(1 <= self.logical_pages, c, "logical_pages", self.logical_pages, "must be >= 1")
+        reserve = self.reserve_pages_min
+        require(self.logical_pages + reserve < phys, c, "logical_pages", self.logical_pages,
+                f"leaves {phys - self.logical_pages} spare pages; GC needs more than {reserve} "
+                f"(one chunk + one victim + an open block) of {phys} physical pages")
+        require(self.chunk_pages >= 1, c, "chunk_pages", self.chunk_pages, "must be >= 1")
+        require(self.warmup_chunks >= 0, c, "warmup_chunks", self.warmup_chunks, "must be >= 0")
+        require(self.measure_chunks >= 1, c, "measure_chunks", self.measure_chunks, "must be >= 1")
+        require(self.gc_rounds >= 1, c, "gc_rounds", self.gc_rounds, "must be >= 1")
+
+    @property
+    def reserve_pages_min(self) -> int:
+        """Free-pool pages GC restores: a chunk of host writes plus room to migrate one victim."""
+        k = self.blocks.pages_per_block
+        return (math.ceil(self.chunk_pages / k) + 2) * k
+
+    @property
+    def spare_factor(self) -> float:
+        return 1.0 - self.logical_pages / self.blocks.physical_pages
+
+
+@jax.tree_util.register_dataclass
+@dataclass
+class OverwriteKnobs:
+    """Tunable values (traced: sweeping them never recompiles)."""
+
+    gc_trigger_used: jax.Array  # float32[] GC starts when used pages exceed this fraction of physical
+    gc_target_used: jax.Array  # float32[] GC reclaims until used ≤ this fraction
+    hot_fraction: jax.Array  # float32[] f: fraction of logical pages that are hot
+    hot_write_fraction: jax.Array  # float32[] r: fraction of writes that go to hot pages
+
+
+def default_knobs(config: OverwriteConfig, hot_fraction: float = 0.2, hot_write_fraction: float = 0.8,
+                  slack_pages: int | None = None) -> OverwriteKnobs:
+    """Watermarks: GC when the pool drops below the reserve + slack, refilling it to reserve + slack.
+
+    GC runs before each chunk, so a pool at the reserve always holds the chunk; slack (default one
+    block) is the hysteresis. Both are small so the effective spare factor stays near the nominal one.
+    """
+    phys = config.blocks.physical_pages
+    reserve = config.reserve_pages_min
+    slack = config.blocks.pages_per_block if slack_pages is None else slack_pages
+    f32 = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
+    return OverwriteKnobs(gc_trigger_used=f32(1 - (reserve + slack) / phys), gc_target_used=f32(1 - (reserve + slack) / phys),
+                          hot_fraction=f32(hot_fraction), hot_write_fraction=f32(hot_write_fraction))
+
+
+@jax.tree_util.register_dataclass
+@dataclass
+class OverwriteState:
+    blocks: BlockState
+    l2p: jax.Array  # int32[L] physical page (block·K + offset) of each logical page
+    chunk: jax.Array  # int32[] chunks done
+    free_pages_sum: jax.Array  # float32[] Σ over measured chunks of mean free pages (pre/post GC)
+    stalled_chunks: jax.Array  # int32[] chunks the host waited for GC
+
+
+def filled_state(config: OverwriteConfig) -> OverwriteState:
+    """The device after the first sequential fill: logical page i at physical page i."""
+    bc = config.blocks
+    b, k = bc.n_blocks, bc.pages_per_block
+    st = gc.init_state(bc)
+    lpages = jnp.arange(config.logical_pages, dtype=jnp.int32)
+    st, blk, off = gc.append(st, lpages, jnp.zeros_like(lpages), jnp.ones(lpages.shape, bool), bc)
+    del b
+    l2p = blk * k + off
+    return OverwriteState(blocks=dataclasses.replace(st, host_pages=jnp.int32(0)), l2p=l2p,
+                          chunk=jnp.int32(0), free_pages_sum=jnp.float32(0),
+                          stalled_chunks=jnp.int32(0))
+
+
+def draw_logical(seed, stream_id, chunk, knobs: OverwriteKnobs, config: OverwriteConfig) -> jax.Array:
+    """int32[chunk_pages] logical pages written in this chunk (uniform or hot/cold, counter hash)."""
+    i = jnp.arange(config.chunk_pages, dtype=jnp.int32)
+    n = config.logical_pages
+    if config.workload == "uniform":
+        return rng.uniform_index(rng.mix(seed, stream_id, chunk, i, 0x77), n)
+    n_hot = jnp.clip(jnp.floor(knobs.hot_fraction * n).astype(jnp.int32), 1, n - 1)
+    hot = rng.uniform01(rng.mix(seed, stream_id, chunk, i, 0x78)) < knobs.hot_write_fraction
+    u = rng.mix(seed, stream_id, chunk, i, 0x79)
+    return jnp.where(hot, rng.uniform_index(u, n_hot), n_hot + rng.uniform_index(u, n - n_hot))
+
+
+def _last_and_first(lp: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """bool[n] masks: entry is the last / first occurrence of its value within the batch."""
+    n = lp.shape[0]
+    order = jnp.argsort(lp, stable=True)
+    s = lp[order]
+    last_sorted = jnp.concatenate([s[1:] != s[:-1], jnp.array([True])])
+    first_sorted = jnp.concatenate([jnp.array([True]), s[1:] != s[:-1]])
+    last = jnp.zeros(n, bool).at[order].set(last_sorted)
+    first = jnp.zeros(n, bool).at[order].set(first_sorted)
+    return last, first
+
+
+def _remap(l2p, moved, k):
+    owners, blk, page, mask = moved
+    return l2p.at[jnp.where(mask, owners, l2p.shape[0])].set(blk * k + page, mode="drop")
+
+
+def step(state: OverwriteState, seed, stream_id, knobs: OverwriteKnobs, config: OverwriteConfig,
+         measure: bool) -> OverwriteState:
+    """One chunk: GC phase (masked when not triggered), then ``chunk_pages`` host overwrites."""
+    bc = config.blocks
+    k = bc.pages_per_block
+    st = state.blocks
+    free_pre = gc.free_pages(st, bc)
+    target = gc.gc_target_pages(st, knobs.gc_trigger_used, knobs.gc_target_used, bc)
+    st, l2p = gc.collect(st, config.gc_rounds, target, seed, stream_id, bc,
+                         on_move=lambda l2p, moved: _remap(l2p, moved, k), carry=state.l2p)
+    free_post = gc.free_pages(st, bc)
+
+    # The host waits (this chunk programs nothing) while GC has not freed room for the chunk,
+    # as a real FTL throttles writes; it happens after the sequential fill, when victims are full.
+    go = free_post >= config.chunk_pages + k  # keep room to migrate one full victim next time
+    lp = draw_logical(seed, stream_id, state.chunk, knobs, config)
+    last, first = _last_and_first(lp)
+    last, first = last & go, first & go
+    old = l2p[lp]
+    old_blk = jnp.where(first, old // k, bc.n_blocks)
+    owner = st.owner.at[old_blk, old % k].set(-1, mode="drop")
+    valid = st.valid.at[old_blk].add(-1, mode="drop")
+    st = dataclasses.replace(st, owner=owner, valid=valid)
+    st, blk, off = gc.append(st, jnp.where(last, lp, -1), jnp.zeros_like(lp), jnp.broadcast_to(go, lp.shape), bc)
+    l2p = l2p.at[jnp.where(last, lp, l2p.shape[0])].set(blk * k + off, mode="drop")
+    st = dataclasses.replace(st, host_pages=st.host_pages + jnp.where(go, config.chunk_pages, 0))
+    free_mean = 0.5 * (free_pre + free_post).astype(jnp.float32)
+    return OverwriteState(blocks=st, l2p=l2p, chunk=state.chunk + 1,
+                          free_pages_sum=state.free_pages_sum + jnp.where(measure, free_mean, 0.0),
+                          stalled_chunks=state.stalled_chunks + (~go).astype(jnp.int32))
+
+
+def rollout(state: OverwriteState, seed, stream_id, knobs, config: OverwriteConfig, n_chunks: int,
+            measure: bool) -> OverwriteState:
+    """``n_chunks`` steps with ``lax.scan``."""
+    def body(s, _):
+        return step(s, seed, stream_id, knobs, config, measure), None
+    state, _ = jax.lax.scan(body, state, None, length=n_chunks)
+    return state
+
+
+def counters(state: OverwriteState) -> dict:
+    st = state.blocks
+    return {"host_writes": st.host_pages, "migrated_pages": st.migrated_pages, "gc_invocations": st.gc_invocations,
+            "erases": st.erases.sum(), "stalled_chunks": state.stalled_chunks}
+
+
+def simulate(stream_id, seed, knobs: OverwriteKnobs, config: OverwriteConfig) -> dict:
+    """One stream (for ``hbfjax.batch.run``): fill, warm up, measure; counters over the measured part."""
+    state = filled_state(config)
+    state = rollout(state, seed, stream_id, knobs, config, config.warmup_chunks, measure=False)
+    before = counters(state)
+    erases0 = state.blocks.erases
+    state = rollout(state, seed, stream_id, knobs, config, config.measure_chunks, measure=True)
+    after = counters(state)
+    d = {key: after[key] - before[key] for key in after}
+    st = state.blocks
+    mean_free = state.free_pages_sum / config.measure_chunks
+    return {**d, "warmup_host_writes": before["host_writes"] + config.logical_pages,
+            "mean_free_pages": mean_free, "overflow": st.overflow,
+            **gc.erase_summary(st.erases - erases0)}
