@@ -29,11 +29,15 @@ import jax
 import jax.numpy as jnp
 
 from hbfjax import rng
+from hbfjax.hardware import SpecError
 
 PLACEMENTS = ("random", "isolated", "plane-group")
 
 # hash salts: one per kind of draw, so draws of different kinds never coincide
-SALT_RANDOM, SALT_BLOCK, SALT_OFFSET, SALT_GROUP_START = 11, 12, 13, 14
+# The stripe offset of a logical page shares the salt of a random page, so plane-group placement
+# with G = planes and L = 1 places every page exactly where random placement does.
+SALT_RANDOM, SALT_BLOCK, SALT_GROUP_START = 11, 12, 14
+SALT_OFFSET = SALT_RANDOM
 
 
 @jax.tree_util.register_dataclass
@@ -57,6 +61,13 @@ def placement_knobs(group_size=1, pages_per_logical=1, pages_per_block=512, offl
 def _validate_placement(placement: str) -> None:
     if placement not in PLACEMENTS:
         raise ValueError(f"placement = {placement!r}: choose one of {PLACEMENTS}")
+
+
+def check_group_size(planes: int, group_size: int) -> None:
+    """Raise SpecError unless G is a whole divisor of the planes (every plane in exactly one group)."""
+    if not 1 <= group_size <= planes or planes % group_size:
+        raise SpecError(f"group_size = {group_size}: plane groups must divide the {planes} planes evenly "
+                        f"(1 <= G <= {planes}, {planes} % G == 0)")
 
 
 def group_count(planes: int, group_size: jax.Array) -> jax.Array:
