@@ -1,0 +1,213 @@
+"""``hbfjax writeback``: exposed stall of KV writeback policies, or the synthetic Lindley backlog."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+import jax.numpy as jnp
+import numpy as np
+
+from hbfjax import batch, stats
+from hbfjax.commands._common import add_common_args, emit
+from hbfjax.flash import backlog as bl
+from hbfjax.flash import scenarios as sc
+from hbfjax.flash import writeback as wb
+from hbfjax.flash.timeline import standard_timeline
+from hbfjax.hardware import preset
+
+HELP = """\
+Program/read interference (HBFlex §3.2, §5.3; DASH §V-B, §VI-F). Each iteration runs every layer's
+segments (weight read, QKV projection, KV read, attention, expert weight read, FFN); each layer's new
+KV (one token per decode request, plus a prefill chunk with probability --prefill-prob) is programmed
+by the policy; a program holds its planes for tPROG and a read to a busy plane waits (the stall).
+
+Units: times in µs per layer and segment, --kv-bytes-per-token in bytes per token PER LAYER,
+--sram-mb in MB (1e6 B) of SRAM for buffered KV, --hbm-budget-gb in GB (1e9 B). Outputs are means per
+iteration across streams with 95 % CI half-widths; buffer sizes in bytes.
+
+Synthetic form: --synthetic --pages-per-iter λ --window-pages w simulates B' = max(0, B + N − w),
+N ~ Poisson(λ), and prints the Monte Carlo mean backlog beside the exact stationary value.
+"""
+
+
+def _positive(kind):
+    def parse(text):
+        value = kind(text)
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"{text!r}: must be > 0")
+        return value
+    return parse
+
+
+def _nonneg(text):
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be >= 0")
+    return value
+
+
+def _prob(text):
+    value = float(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must lie in [0, 1]")
+    return value
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("writeback", help="KV writeback policies: exposed stall (HBFlex §5.3, DASH §V-B)",
+                              description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--policy", choices=wb.POLICIES, default="window", help="writeback policy (default window)")
+    p.add_argument("--preset", choices=["hbflex", "dash"], default="hbflex",
+                   help="hardware and scenario: hbflex = DeepSeek-V4-Pro-like decode on the all-HBF package; "
+                        "dash = Llama 4 Maverick B=1 decode with HBM spill (default hbflex)")
+    g = p.add_argument_group("timeline (per layer; defaults from the preset's scenario)")
+    g.add_argument("--layers", type=_positive(int), default=None, help="model layers")
+    g.add_argument("--kv-bytes-per-token", type=_nonneg, default=None, help="KV bytes per token per layer")
+    g.add_argument("--decode-requests", type=_nonneg, default=None, help="running decode requests (tokens/iteration)")
+    g.add_argument("--prefill-chunk", type=_nonneg, default=None, help="prefill chunk tokens (default 512 hbflex)")
+    g.add_argument("--prefill-prob", type=_prob, default=None,
+                   help="probability an iteration carries a prefill chunk (default 0.3 hbflex, 0 dash)")
+    for name, what in (("weight-read-us", "attention weight read"), ("qkv-us", "QKV projection compute"),
+                       ("kv-read-us", "KV read"), ("attention-us", "attention compute"),
+                       ("expert-read-us", "expert weight read"), ("ffn-us", "expert FFN compute")):
+        g.add_argument(f"--{name}", type=_nonneg, default=None, help=f"{what}, µs per layer (decode iteration)")
+    g.add_argument("--prefill-us-per-token", type=_nonneg, default=None,
+                   help="extra compute per prefill token and layer, µs (split over QKV/attention/FFN as the preset)")
+    f = p.add_argument_group("flash and buffers")
+    f.add_argument("--t-prog-us", type=_positive(float), default=None, help="page program latency tPROG, µs")
+    f.add_argument("--stripe-pages", type=_positive(float), default=None, help="pages per stripe G (stripe, window)")
+    f.add_argument("--sram-mb", type=_nonneg, default=None,
+                   help="SRAM for buffered KV, MB (window; default 240 MB − 169 MB prefetched weights)")
+    f.add_argument("--no-prefetch", action="store_true", help="window: do not prefetch weights to merge windows")
+    f.add_argument("--hbm-budget-gb", type=_positive(float), default=None,
+                   help="dash-hbm: HBM decode-KV budget, GB (default 24.46; the run starts just below it)")
+    r = p.add_argument_group("run")
+    r.add_argument("--iterations", type=_positive(int), default=None, help="iterations per stream (default 100; "
+                   "synthetic 4000)")
+    r.add_argument("--warmup", type=_nonneg, default=None, help="iterations discarded first (default 10 %%)")
+    s = p.add_argument_group("synthetic mode (Lindley backlog)")
+    s.add_argument("--synthetic", action="store_true", help="run the synthetic backlog instead of a timeline")
+    s.add_argument("--pages-per-iter", type=_nonneg, default=None, help="λ: mean new pages per iteration (Poisson)")
+    s.add_argument("--window-pages", type=_positive(int), default=None, help="w: page programs one window fits")
+    add_common_args(p, default_streams=256)
+    p.set_defaults(func=run)
+
+
+def _ci(out: dict, key: str):
+    return stats.mean_ci95(out[key])
+
+
+def run_synthetic(args) -> int:
+    if args.pages_per_iter is None or args.window_pages is None:
+        raise ValueError("--synthetic needs --pages-per-iter and --window-pages")
+    lam, w = args.pages_per_iter, args.window_pages
+    T = args.iterations or 4000
+    warm = int(args.warmup) if args.warmup is not None else T // 4
+    cfg = bl.BacklogConfig(iterations=T, warmup_iterations=warm, max_arrivals=bl.poisson_table_size(lam))
+    out = batch.run(bl.stream_fn, args.streams, args.seed, bl.backlog_knobs(lam, w), cfg,
+                    chunk_streams=args.chunk_streams)
+    m, ci = _ci(out, "mean_backlog_pages")
+    pp, pci = _ci(out, "p_backlog_positive")
+    result = {"mode": "synthetic", "pages_per_iter": lam, "window_pages": w, "iterations": T, "warmup": warm,
+              "streams": args.streams, "mean_backlog_pages": m, "ci95_mean_backlog_pages": ci,
+              "p_backlog_positive": pp, "ci95_p_backlog_positive": pci,
+              "max_backlog_pages": int(np.max(out["max_backlog_pages"]))}
+    if lam < w:
+        exact = bl.exact_stationary(lam, w)
+        result["exact_mean_backlog_pages"] = exact["mean_backlog_pages"]
+        result["exact_p_backlog_positive"] = exact["p_backlog_positive"]
+    else:
+        result["exact_mean_backlog_pages"] = None  # λ ≥ w: the backlog grows without bound
+    emit(result, args.json)
+    return 0
+
+
+def _knobs(args):
+    if args.preset == "dash":
+        knobs, slots = sc.dash_knobs(t_prog_us=args.t_prog_us,
+                                     **({} if args.decode_requests is None else {"decode_requests": args.decode_requests}))
+    else:
+        kw = {k: v for k, v in (("decode_requests", args.decode_requests), ("prefill_chunk_tokens", args.prefill_chunk),
+                                ("prefill_prob", args.prefill_prob)) if v is not None}
+        if args.sram_mb is not None:
+            kw["sram_kv_bytes"] = args.sram_mb * 1e6
+        if args.stripe_pages is not None:
+            kw["stripe_pages"] = args.stripe_pages
+        if args.kv_bytes_per_token is not None:
+            kw["kv_bytes_per_token_layer"] = args.kv_bytes_per_token
+        if args.layers is not None:
+            kw["layers"] = args.layers
+        knobs, slots = sc.hbflex_knobs(t_prog_us=args.t_prog_us, prefetch=not args.no_prefetch, **kw)
+    knobs = _override_timeline(args, knobs, slots)
+    fk = knobs.flash
+    if args.preset == "dash" and args.hbm_budget_gb is not None:
+        budget = float(int(args.hbm_budget_gb * 1e9 // float(fk.page_bytes)))
+        fk = dataclasses.replace(fk, buffer_capacity_pages=jnp.float32(budget),
+                                 buffer_base_pages=jnp.float32(budget - float(fk.wave_pages)))
+    wl = knobs.workload
+    if args.preset == "dash" and (args.prefill_chunk is not None or args.prefill_prob is not None):
+        wl = wb.workload_knobs(float(wl.decode_requests), args.prefill_chunk or 0.0, args.prefill_prob or 0.0)
+    return wb.WritebackKnobs(knobs.timeline, fk, wl)
+
+
+def _override_timeline(args, knobs, slots):
+    """Rebuild the timeline when any per-segment duration, layer count or KV size is given (dash preset)."""
+    names = ("weight_read_us", "qkv_us", "kv_read_us", "attention_us", "expert_read_us", "ffn_us")
+    given = {n: getattr(args, n) for n in names if getattr(args, n) is not None}
+    layers_changed = args.preset == "dash" and (args.layers is not None or args.kv_bytes_per_token is not None)
+    if not given and args.prefill_us_per_token is None and not layers_changed:
+        return knobs
+    tl = knobs.timeline
+    row = np.asarray(tl.duration_us[0])
+    pre = np.asarray(tl.prefill_us_per_token[0])
+    cur = dict(zip(names, row[[0, 1, 2, 3, 4, 5]]))
+    cur.update(given)
+    if args.prefill_us_per_token is not None:
+        total = pre.sum()
+        pre = pre / total * args.prefill_us_per_token if total > 0 else np.array([0, 1, 0, 1, 0, 1]) * \
+            args.prefill_us_per_token / 3
+    layers = args.layers if args.layers is not None else tl.layers
+    kvb = args.kv_bytes_per_token if args.kv_bytes_per_token is not None else float(tl.kv_bytes_per_token[0])
+    new = standard_timeline(layers, kvb, slots, attn_weight_read_us=cur["weight_read_us"], qkv_us=cur["qkv_us"],
+                            kv_read_us=cur["kv_read_us"], attention_us=cur["attention_us"],
+                            expert_weight_read_us=cur["expert_read_us"], ffn_us=cur["ffn_us"],
+                            prefill_qkv_us_per_token=float(pre[1]), prefill_attention_us_per_token=float(pre[3]),
+                            prefill_ffn_us_per_token=float(pre[5]), kv_touch_fraction=float(tl.touch_fraction[0, 2]))
+    new = dataclasses.replace(new, touch_fraction=new.touch_fraction.at[:, 0].set(tl.touch_fraction[0, 0]))
+    return wb.WritebackKnobs(new, knobs.flash, knobs.workload)
+
+
+def run(args) -> int:
+    if args.synthetic:
+        return run_synthetic(args)
+    if args.pages_per_iter is not None or args.window_pages is not None:
+        raise ValueError("--pages-per-iter and --window-pages belong to --synthetic")
+    knobs = _knobs(args)
+    T = args.iterations or 100
+    warm = int(args.warmup) if args.warmup is not None else T // 10
+    cfg = sc.config_for(knobs, args.policy, T, warm)
+    out = batch.run(wb.stream_fn, args.streams, args.seed, knobs, cfg, chunk_streams=args.chunk_streams)
+    stall, stall_ci = _ci(out, "stall_us_per_iteration")
+    busy, busy_ci = _ci(out, "program_busy_us_per_iteration")
+    it_us, it_ci = _ci(out, "iteration_us")
+    measured = T - warm
+    result = {
+        "policy": args.policy, "preset": args.preset, "iterations": T, "warmup": warm, "streams": args.streams,
+        "t_prog_us": float(knobs.flash.t_prog_us), "layers": cfg.layers,
+        "kv_bytes_per_token_layer": float(knobs.timeline.kv_bytes_per_token[0]),
+        "decode_requests": float(knobs.workload.decode_requests),
+        "stall_us_per_iteration": stall, "ci95_stall_us": stall_ci,
+        "program_busy_us_per_iteration": busy, "ci95_program_busy_us": busy_ci,
+        "iteration_us": it_us, "ci95_iteration_us": it_ci,
+        "pages_programmed_per_iteration": float(np.mean(out["pages_programmed_per_iteration"])),
+        "program_rounds_per_iteration": float(np.mean(out["program_rounds_per_iteration"])),
+        "buffer_mean_bytes": float(np.mean(out["buffer_mean_bytes"])),
+        "buffer_peak_bytes": float(np.max(out["buffer_peak_bytes"])),
+        "forced_writebacks": float(np.mean(out["forced_writebacks"])),
+        "forced_writebacks_per_iteration": float(np.mean(out["forced_writebacks"])) / measured,
+        "stall_us_total": float(np.mean(out["stall_us_total"])),
+        "program_busy_us_total": float(np.mean(out["program_busy_us_total"])),
+    }
+    emit(result, args.json)
+    return 0
