@@ -193,6 +193,19 @@ def append(state: BlockState, owner: jax.Array, cls: jax.Array, write: jax.Array
     return state, blk, off
 
 
+def close_classes(state: BlockState, mask: jax.Array, config: BlockConfig) -> BlockState:
+    """Close the open block of every class in ``mask`` (bool[C]); its unwritten pages are abandoned.
+
+    Request-isolated allocation closes a request's block when the request ends, so the next request
+    of that slot starts a fresh block (the abandoned pages count as stale until the block is erased).
+    """
+    b, k = config.n_blocks, config.pages_per_block
+    shut = mask & (state.open_block >= 0)
+    status = state.status.at[jnp.where(shut, state.open_block, b)].set(CLOSED, mode="drop")
+    return dataclasses.replace(state, status=status, open_block=jnp.where(shut, -1, state.open_block),
+                               open_ptr=jnp.where(shut, k, state.open_ptr))
+
+
 def victim_score(state: BlockState, seed: jax.Array, stream_id: jax.Array, config: BlockConfig) -> jax.Array:
     """int32[B] victim score, lower = reclaimed first; INT_MAX for blocks that cannot be victims.
 

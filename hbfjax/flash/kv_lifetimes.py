@@ -1,0 +1,319 @@
+"""KV-lifetime workload: requests write KV pages across layers, then die together (HBFlex §3.3, §5.4).
+
+Time advances in ticks (one serving iteration). ``slots`` requests are live at most; each live
+request programs up to ``pages_per_tick`` pages per tick (its KV for every layer) until it has
+written all its pages, keeps them until its end tick, and then every one of its pages goes stale
+at once. Requests come from a lifetime distribution (closed loop: an ended request is replaced at
+once) or from a trace (open loop: admitted at their arrival tick). HBFlex eviction ends the oldest
+requests when valid data exceed ``evict_used`` of the device; GC triggers at ``gc_trigger_used``
+(deferred reclamation = the gap between the two, HBFlex §5.4).
+
+Allocation classes (see ``hbfjax.flash.gc``): interleaved (one class, requests share blocks in
+arrival order), isolated (one class per slot; a request's last block is closed when it ends),
+lifetime (one class per label; label = root request's start tick // label interval, inherited by
+descendants and by GC-moved pages). DASH weight/KV separation (§V-A2) puts weight pages in a
+protected class that GC never examines. A page's owner tag is gen·(slots+1) + slot, so a slot
+reused by a new request never revives its predecessor's pages.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from hbfjax import rng
+from hbfjax.flash import gc
+from hbfjax.flash.gc import BlockConfig, BlockState, require
+
+ALLOCATIONS = ("interleaved", "isolated", "lifetime")
+LIFETIMES = ("exponential", "deterministic", "lognormal", "trace")
+
+
+@dataclass(frozen=True)
+class KvConfig:
+    """Static shape of a KV-lifetime run."""
+
+    n_blocks: int
+    pages_per_block: int
+    slots: int = 32  # live requests at most
+    pages_per_tick: int = 4  # pages a live request programs per tick (its layers' KV)
+    allocation: str = "interleaved"
+    lifetime: str = "exponential"
+    n_labels: int = 8  # lifetime labels (allocation = lifetime), used modulo this
+    weight_pages: int = 0  # model weight pages written once at start (never invalidated)
+    separate_weights: bool = True  # DASH: weights in their own, never-victim blocks
+    victim: str = "greedy"
+    victims_per_gc: int = 8
+    gc_rounds: int = 2
+    warmup_ticks: int = 200
+    measure_ticks: int = 400
+
+    def __post_init__(self) -> None:
+        c = type(self).__name__
+        require(self.allocation in ALLOCATIONS, c, "allocation", self.allocation, f"must be one of {ALLOCATIONS}")
+        require(self.lifetime in LIFETIMES, c, "lifetime", self.lifetime, f"must be one of {LIFETIMES}")
+        for name in ("slots", "pages_per_tick", "n_labels", "gc_rounds", "measure_ticks"):
+            require(getattr(self, name) >= 1, c, name, getattr(self, name), "must be >= 1")
+        require(self.weight_pages >= 0, c, "weight_pages", self.weight_pages, "must be >= 0")
+        require(self.warmup_ticks >= 0, c, "warmup_ticks", self.warmup_ticks, "must be >= 0")
+        self.blocks  # validates the block geometry
+        need = self.weight_pages + self.reserve_blocks * self.pages_per_block
+        require(need < self.blocks.physical_pages, c, "n_blocks", self.n_blocks,
+                f"{self.n_blocks} × {self.pages_per_block} pages cannot hold {self.weight_pages} weight pages "
+                f"plus the GC reserve of {self.reserve_blocks} blocks")
+
+    @property
+    def kv_classes(self) -> int:
+        return {"interleaved": 1, "isolated": self.slots, "lifetime": self.n_labels}[self.allocation]
+
+    @property
+    def weight_class(self) -> int:
+        return self.kv_classes if self.separate_weights else 0
+
+    @property
+    def blocks(self) -> BlockConfig:
+        n_classes = self.kv_classes + (1 if self.separate_weights else 0)
+        return BlockConfig(n_blocks=self.n_blocks, pages_per_block=self.pages_per_block, victim=self.victim,
+                           n_classes=n_classes, victims_per_gc=self.victims_per_gc,
+                           protected_class=self.kv_classes if self.separate_weights else -1)
+
+    @property
+    def tick_pages(self) -> int:
+        return self.slots * self.pages_per_tick
+
+    @property
+    def reserve_blocks(self) -> int:
+        """Free blocks a tick needs before it may run: its pages, a new block per class, one victim."""
+        return math.ceil(self.tick_pages / self.pages_per_block) + min(self.kv_classes, self.tick_pages) + 2
+
+
+@jax.tree_util.register_dataclass
+@dataclass
+class KvKnobs:
+    """Tunable values (traced). Trace arrays have one entry per trace request (length 1 if unused)."""
+
+    mean_lifetime_ticks: jax.Array  # float32[] mean request lifetime (synthetic lifetimes)
+    lifetime_sigma: jax.Array  # float32[] lognormal σ of ln(lifetime)
+    label_ticks: jax.Array  # float32[] width of a lifetime-label interval, in ticks
+    evict_used: jax.Array  # float32[] evict oldest requests while valid pages exceed this fraction
+    gc_trigger_used: jax.Array  # float32[] GC when used pages exceed this fraction of physical
+    gc_target_used: jax.Array  # float32[] GC reclaims until used ≤ this fraction
+    trace_arrival_tick: jax.Array  # int32[R] arrival tick, sorted
+    trace_life_ticks: jax.Array  # int32[R] ticks from arrival until the KV is released
+    trace_pages: jax.Array  # int32[R] KV pages of the request
+    trace_root_tick: jax.Array  # int32[R] arrival tick of the session's root request
+
+
+def knobs(config: KvConfig, mean_lifetime_ticks: float = 50.0, lifetime_sigma: float = 0.5,
+          label_ticks: float = 10.0, evict_used: float = 0.90, gc_trigger_used: float = 0.95,
+          gc_target_used: float | None = None, trace: dict | None = None) -> KvKnobs:
+    """Knobs with HBFlex's thresholds by default (evict at 90 % used, GC at 95 %).
+
+    GC trigger/target are capped so the free pool never drops below the tick reserve.
+    """
+    phys = config.blocks.physical_pages
+    cap = 1.0 - (config.reserve_blocks + 1) * config.pages_per_block / phys
+    trig = min(gc_trigger_used, cap)
+    target = min(trig, cap - config.pages_per_block / phys) if gc_target_used is None else gc_target_used
+    t = trace or {"arrival_tick": [0], "life_ticks": [1], "pages": [1], "root_tick": [0]}
+    f32 = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
+    i32 = lambda v: jnp.asarray(np.asarray(v), jnp.int32)  # noqa: E731
+    return KvKnobs(mean_lifetime_ticks=f32(mean_lifetime_ticks), lifetime_sigma=f32(lifetime_sigma),
+                   label_ticks=f32(label_ticks), evict_used=f32(evict_used), gc_trigger_used=f32(trig),
+                   gc_target_used=f32(target), trace_arrival_tick=i32(t["arrival_tick"]),
+                   trace_life_ticks=i32(t["life_ticks"]), trace_pages=i32(t["pages"]),
+                   trace_root_tick=i32(t["root_tick"]))
+
+
+@jax.tree_util.register_dataclass
+@dataclass
+class KvState:
+    """One stream. S = slots."""
+
+    blocks: BlockState
+    live: jax.Array  # bool[S] slot holds a request
+    gen: jax.Array  # int32[S] request generation of each slot (owner tag = gen·(S+1) + slot)
+    end_tick: jax.Array  # int32[S] tick at which the request's pages die
+    left: jax.Array  # int32[S] pages still to program
+    held: jax.Array  # int32[S] pages programmed (valid) by the request
+    start_tick: jax.Array  # int32[S] admission tick (eviction order: oldest first)
+    label: jax.Array  # int32[S] lifetime label (root start tick // label interval)
+    tick: jax.Array  # int32[] ticks done
+    admitted: jax.Array  # int32[] requests admitted so far (serial of the next one)
+    evicted: jax.Array  # int32[] requests ended early by eviction
+    stalled: jax.Array  # int32[] steps the host waited for GC
+    moved_weight_pages: jax.Array  # int32[] weight pages GC migrated (0 with DASH separation)
+    free_pages_sum: jax.Array  # float32[] Σ free pages over measured steps
+    valid_pages_sum: jax.Array  # float32[] Σ valid pages over measured steps
+
+
+def _owner_slot(owner, s):
+    return owner % (s + 1), owner // (s + 1)
+
+
+def init_state(config: KvConfig) -> KvState:
+    """Empty device with the weight pages programmed first (slot S, generation 0: always alive)."""
+    bc, s = config.blocks, config.slots
+    st = gc.init_state(bc)
+    if config.weight_pages:
+        w = jnp.full(config.weight_pages, s, jnp.int32)
+        st, _, _ = gc.append(st, w, jnp.full_like(w, config.weight_class), jnp.ones(w.shape, bool), bc)
+        if config.separate_weights:  # the weight class is done: close its last block
+            st = gc.close_classes(st, jnp.arange(bc.n_classes) == config.weight_class, bc)
+    z = jnp.zeros(s, jnp.int32)
+    i0 = jnp.int32(0)
+    return KvState(blocks=st, live=jnp.zeros(s, bool), gen=z, end_tick=z, left=z, held=z, start_tick=z, label=z,
+                   tick=i0, admitted=i0, evicted=i0, stalled=i0, moved_weight_pages=i0,
+                   free_pages_sum=jnp.float32(0), valid_pages_sum=jnp.float32(0))
+
+
+def draw_lifetime(seed, stream_id, serial, knobs: KvKnobs, kind: str) -> jax.Array:
+    """int32 lifetime ≥ 1 tick of request ``serial`` (counter hash; exponential, deterministic, lognormal)."""
+    mean = knobs.mean_lifetime_ticks
+    u = rng.uniform01(rng.mix(seed, stream_id, serial, 0x11F))
+    if kind == "deterministic":
+        life = jnp.broadcast_to(mean, u.shape)
+    elif kind == "exponential":
+        life = -mean * jnp.log1p(-u)
+    else:  # lognormal with the given mean: median = mean·exp(−σ²/2); normal by Box–Muller
+        u2 = rng.uniform01(rng.mix(seed, stream_id, serial, 0x120))
+        z = jnp.sqrt(-2.0 * jnp.log1p(-u)) * jnp.cos(2.0 * jnp.pi * u2)
+        sig = knobs.lifetime_sigma
+        life = mean * jnp.exp(sig * z - 0.5 * sig * sig)
+    return jnp.maximum(jnp.round(life), 1.0).astype(jnp.int32)
+
+
+def _evict(state: KvState, ending, knobs: KvKnobs, config: KvConfig):
+    """bool[S]: oldest live requests to end so valid pages fall to ``evict_used`` of physical (HBFlex §5.4)."""
+    s = config.slots
+    keep = state.live & ~ending
+    weights = jnp.int32(config.weight_pages)
+    limit = jnp.floor(knobs.evict_used * config.blocks.physical_pages).astype(jnp.int32)
+    excess = weights + jnp.where(keep, state.held, 0).sum() - limit
+    order = jnp.argsort(jnp.where(keep, state.start_tick, jnp.iinfo(jnp.int32).max), stable=True)
+    held_sorted = jnp.where(keep, state.held, 0)[order]
+    before = jnp.cumsum(held_sorted) - held_sorted
+    ev_sorted = keep[order] & (before < excess)
+    return jnp.zeros(s, bool).at[order].set(ev_sorted)
+
+
+def _admit(state: KvState, free_slot, seed, stream_id, knobs: KvKnobs, config: KvConfig):
+    """New requests into free slots: closed loop (every free slot) or trace (arrived ones, in order)."""
+    s = config.slots
+    rank = jnp.cumsum(free_slot) - 1
+    serial = state.admitted + rank
+    if config.lifetime == "trace":
+        n_req = knobs.trace_arrival_tick.shape[0]
+        ready = jnp.searchsorted(knobs.trace_arrival_tick, state.tick, side="right").astype(jnp.int32)
+        new = free_slot & (serial < ready)
+        idx = jnp.clip(serial, 0, n_req - 1)
+        life = knobs.trace_life_ticks[idx]
+        pages = knobs.trace_pages[idx]
+        root = knobs.trace_root_tick[idx]
+    else:
+        new = free_slot
+        life = draw_lifetime(seed, stream_id, serial, knobs, config.lifetime)
+        pages = life * config.pages_per_tick  # KV grows every tick of the request's life
+        root = jnp.broadcast_to(state.tick, (s,))
+    label = jnp.floor(root.astype(jnp.float32) / knobs.label_ticks).astype(jnp.int32)
+    pick = lambda a, b: jnp.where(new, a, b)  # noqa: E731
+    return dataclasses.replace(
+        state, live=state.live | new, gen=state.gen + new.astype(jnp.int32),
+        end_tick=pick(state.tick + life, state.end_tick), left=pick(pages, state.left), held=pick(0, state.held),
+        start_tick=pick(state.tick, state.start_tick), label=pick(label, state.label),
+        admitted=state.admitted + new.sum().astype(jnp.int32)), new
+
+
+def _page_class(slot_label, slot, config: KvConfig):
+    if config.allocation == "interleaved":
+        return jnp.zeros_like(slot)
+    if config.allocation == "isolated":
+        return slot
+    return jnp.mod(slot_label, config.n_labels)
+
+
+def _kill_dead_pages(st: BlockState, state: KvState, config: KvConfig) -> BlockState:
+    """Owner tags of ended requests become −1; valid counts are recounted (O(B·K), once per tick)."""
+    s = config.slots
+    slot, gen = _owner_slot(st.owner, s)
+    live = jnp.concatenate([state.live, jnp.array([True])])
+    gens = jnp.concatenate([state.gen, jnp.array([0], jnp.int32)])
+    alive = (st.owner >= 0) & live[slot] & (gens[slot] == gen)
+    owner = jnp.where(alive, st.owner, -1)
+    return dataclasses.replace(st, owner=owner, valid=alive.sum(axis=1, dtype=jnp.int32))
+
+
+def step(state: KvState, seed, stream_id, knobs: KvKnobs, config: KvConfig, measure: bool) -> KvState:
+    """One tick: amortised GC, then (unless the pool is short) ends, evictions, admissions, KV writes."""
+    bc, s, p = config.blocks, config.slots, config.pages_per_tick
+    k = bc.pages_per_block
+    st = state.blocks
+    target = gc.gc_target_pages(st, knobs.gc_trigger_used, knobs.gc_target_used, bc)
+
+    def count_weights(n, moved):
+        owners, _, _, mask = moved
+        return n + (mask & (owners % (s + 1) == s)).sum().astype(jnp.int32)
+
+    st, moved_w = gc.collect(st, config.gc_rounds, target, seed, stream_id, bc, on_move=count_weights,
+                             carry=state.moved_weight_pages)
+    go = gc.free_blocks(st) >= config.reserve_blocks - 1
+
+    ending = go & state.live & (state.tick >= state.end_tick)
+    evict = go & _evict(state, ending, knobs, config)
+    dead = ending | evict
+    state = dataclasses.replace(state, live=state.live & ~dead,
+                                evicted=state.evicted + evict.sum().astype(jnp.int32))
+    state, new = _admit(state, go & ~state.live, seed, stream_id, knobs, config)
+    if config.allocation == "isolated":  # a new request in a slot must not share its predecessor's block
+        st = gc.close_classes(st, jnp.zeros(bc.n_classes, bool).at[:s].set(new), bc)
+    st = _kill_dead_pages(st, state, config)
+
+    slot = jnp.repeat(jnp.arange(s, dtype=jnp.int32), p)
+    j = jnp.tile(jnp.arange(p, dtype=jnp.int32), s)
+    write = go & state.live[slot] & (j < state.left[slot])
+    owner = state.gen[slot] * (s + 1) + slot
+    cls = _page_class(state.label[slot], slot, config)
+    st, _, _ = gc.append(st, owner, cls, write, bc)
+    wrote = jnp.minimum(state.left, p) * (go & state.live)
+    st = dataclasses.replace(st, host_pages=st.host_pages + wrote.sum().astype(jnp.int32))
+    m = jnp.float32(1.0 if measure else 0.0)
+    return dataclasses.replace(
+        state, blocks=st, left=state.left - wrote, held=state.held + wrote,
+        tick=state.tick + go.astype(jnp.int32), stalled=state.stalled + (~go).astype(jnp.int32),
+        moved_weight_pages=moved_w,
+        free_pages_sum=state.free_pages_sum + m * gc.free_pages(st, bc).astype(jnp.float32),
+        valid_pages_sum=state.valid_pages_sum + m * st.valid.sum().astype(jnp.float32))
+
+
+def rollout(state: KvState, seed, stream_id, knobs, config: KvConfig, n_ticks: int, measure: bool) -> KvState:
+    def body(x, _):
+        return step(x, seed, stream_id, knobs, config, measure), None
+    state, _ = jax.lax.scan(body, state, None, length=n_ticks)
+    return state
+
+
+def _counters(state: KvState) -> dict:
+    st = state.blocks
+    return {"host_writes": st.host_pages, "migrated_pages": st.migrated_pages, "gc_invocations": st.gc_invocations,
+            "erases": st.erases.sum(), "evicted_requests": state.evicted, "admitted_requests": state.admitted,
+            "stalled_ticks": state.stalled}
+
+
+def simulate(stream_id, seed, knobs: KvKnobs, config: KvConfig) -> dict:
+    """One stream (for ``hbfjax.batch.run``): warm-up ticks, then measured ticks (counters are deltas)."""
+    state = init_state(config)
+    state = rollout(state, seed, stream_id, knobs, config, config.warmup_ticks, measure=False)
+    before, erases0 = _counters(state), state.blocks.erases
+    state = rollout(state, seed, stream_id, knobs, config, config.measure_ticks, measure=True)
+    after = _counters(state)
+    n = jnp.float32(config.measure_ticks)
+    return {**{key: after[key] - before[key] for key in after},
+            "warmup_host_writes": before["host_writes"] + config.weight_pages,
+            "moved_weight_pages": state.moved_weight_pages, "overflow": state.blocks.overflow,
+            "mean_free_pages": state.free_pages_sum / n, "mean_valid_pages": state.valid_pages_sum / n,
+            **gc.erase_summary(state.blocks.erases - erases0)}
