@@ -92,7 +92,7 @@ def context_pool(args) -> np.ndarray:
         sigma = args.context_tokens_sigma
         mu = np.log(args.context_tokens_mean) - sigma**2 / 2
         tokens = np.random.default_rng(args.seed).lognormal(mu, sigma, 8192)
-    return np.clip(np.round(tokens), 1, 2**30).astype(np.int32)
+    return tokens
 
 
 def _summary(out: dict, keys: tuple[str, ...]) -> dict:
@@ -139,35 +139,16 @@ def _run_read(args, planes, block, group, spec, page_bytes) -> int:
     return 0
 
 
-def attention_config(args, planes: int, page_bytes: int) -> workingset.WorkingSetConfig:
-    t = args.logical_page_tokens
-    if t < 1 or args.chunk_tokens < t or args.chunk_tokens % t:
-        raise ValueError(f"--chunk-tokens = {args.chunk_tokens} must be a positive multiple of "
-                         f"--logical-page-tokens = {t}")
-    chunk_logical = args.chunk_tokens // t
-    max_logical = -(-args.max_context_tokens // args.chunk_tokens) * chunk_logical
-    per_logical = max(1, -(-int(t * args.model_kv_bytes_per_token) // page_bytes))
-    per_wave = args.chunks_per_wave or max(1, planes // (chunk_logical * per_logical))
-    return workingset.WorkingSetConfig(
-        planes=planes, slots=args.slots, max_logical_pages=max_logical, max_pages_per_logical=per_logical,
-        chunk_logical_pages=chunk_logical, chunks_per_wave=per_wave, measurements=args.measurements,
-        events_per_measurement=max(1, args.slots // 4), warmup_events=args.slots, placement=args.placement,
-        schedule=args.schedule, lookahead_chunks=4 * per_wave, page_bytes=page_bytes)
-
-
-def attention_knobs(args, group: int, block: int, pool: np.ndarray) -> workingset.WorkingSetKnobs:
-    return workingset.WorkingSetKnobs(
-        placement=collide.placement_knobs(group, 1, block, args.offload_fraction),
-        kv_bytes_per_token=jnp.float32(args.model_kv_bytes_per_token),
-        tokens_per_logical_page=jnp.int32(args.logical_page_tokens), context_tokens=jnp.asarray(pool),
-        shared_prefix_tokens=jnp.int32(args.shared_prefix_tokens), replicas=jnp.int32(args.replicas))
-
-
 def _run_attention(args, planes, block, group, page_bytes) -> int:
-    if args.model_kv_bytes_per_token <= 0:
-        raise ValueError(f"--model-kv-bytes-per-token = {args.model_kv_bytes_per_token}: must be > 0")
-    config = attention_config(args, planes, page_bytes)
-    knobs = attention_knobs(args, group, block, context_pool(args))
+    config = workingset.attention_config(
+        planes, args.slots, args.model_kv_bytes_per_token, logical_page_tokens=args.logical_page_tokens,
+        chunk_tokens=args.chunk_tokens, max_context_tokens=args.max_context_tokens,
+        chunks_per_wave=args.chunks_per_wave, measurements=args.measurements, placement=args.placement,
+        schedule=args.schedule, page_bytes=page_bytes)
+    knobs = workingset.working_set_knobs(
+        context_pool(args), args.model_kv_bytes_per_token, group_size=group, offload_fraction=args.offload_fraction,
+        logical_page_tokens=args.logical_page_tokens, pages_per_block=block,
+        shared_prefix_tokens=args.shared_prefix_tokens, replicas=args.replicas)
     out = batch.run(workingset.simulate, args.streams, args.seed, knobs, config, chunk_streams=args.chunk_streams,
                     progress=not args.json)
     s = _summary(out, ("waves", "ideal_waves", "amplification", "max_to_avg_load", "hot_plane_fraction",

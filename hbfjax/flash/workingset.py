@@ -29,10 +29,11 @@ from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from hbfjax import rng
-from hbfjax.flash.collide import (PLACEMENTS, PlacementKnobs, group_count, offload_hot_planes, plane_loads,
-                                  striped_plane)
+from hbfjax.flash.collide import (PLACEMENTS, PlacementKnobs, group_count, offload_hot_planes, placement_knobs,
+                                  plane_loads, striped_plane)
 
 SCHEDULES = ("in-order", "placement-aware")
 HOT_PLANE_FACTOR = 1.5  # a plane is "hot" when its load exceeds 1.5 × the mean (HBFlex Fig. 5c)
@@ -80,6 +81,31 @@ class WorkingSetConfig:
         return min(self.chunks, self.lookahead_chunks or 2 * self.chunks_per_wave)
 
 
+def attention_config(planes: int, slots: int, kv_bytes_per_token: float, *, logical_page_tokens: int = 16,
+                     chunk_tokens: int = 256, max_context_tokens: int = 16384, chunks_per_wave: int | None = None,
+                     measurements: int = 4, placement: str = "plane-group", schedule: str = "in-order",
+                     page_bytes: int = 4096) -> WorkingSetConfig:
+    """A working-set config from model-level quantities (tokens and bytes rather than page counts).
+
+    Chunks of ``chunk_tokens`` are CTA work tiles; by default a scheduling wave holds about one
+    physical page per plane (the 12 MiB read of HBFlex §3.1 for 3,072 planes).
+    """
+    t = logical_page_tokens
+    if t < 1 or chunk_tokens < t or chunk_tokens % t:
+        raise ValueError(f"chunk_tokens = {chunk_tokens}: must be a positive multiple of logical_page_tokens = {t}")
+    if kv_bytes_per_token <= 0:
+        raise ValueError(f"kv_bytes_per_token = {kv_bytes_per_token}: must be > 0")
+    chunk_logical = chunk_tokens // t
+    max_logical = -(-max_context_tokens // chunk_tokens) * chunk_logical
+    per_logical = max(1, -(-int(t * kv_bytes_per_token) // page_bytes))
+    per_wave = chunks_per_wave or max(1, planes // (chunk_logical * per_logical))
+    return WorkingSetConfig(planes=planes, slots=slots, max_logical_pages=max_logical,
+                            max_pages_per_logical=per_logical, chunk_logical_pages=chunk_logical,
+                            chunks_per_wave=per_wave, measurements=measurements,
+                            events_per_measurement=max(1, slots // 4), warmup_events=slots, placement=placement,
+                            schedule=schedule, lookahead_chunks=4 * per_wave, page_bytes=page_bytes)
+
+
 @jax.tree_util.register_dataclass
 @dataclass(frozen=True)
 class WorkingSetKnobs:
@@ -100,6 +126,16 @@ class WorkingSetState:
     group_load: jax.Array  # int32 [planes] physical pages of the active set per group (first n_groups used)
     arrivals: jax.Array  # int32 [] requests admitted so far
     truncated: jax.Array  # int32 [] requests whose context exceeded max_logical_pages
+
+
+def working_set_knobs(context_tokens, kv_bytes_per_token: float, *, group_size: int, offload_fraction: float = 0.0,
+                      logical_page_tokens: int = 16, pages_per_block: int = 512, shared_prefix_tokens: int = 0,
+                      replicas: int = 1) -> WorkingSetKnobs:
+    return WorkingSetKnobs(
+        placement=placement_knobs(group_size, 1, pages_per_block, offload_fraction),
+        kv_bytes_per_token=jnp.float32(kv_bytes_per_token), tokens_per_logical_page=jnp.int32(logical_page_tokens),
+        context_tokens=jnp.asarray(np.clip(np.round(context_tokens), 1, 2**30), jnp.int32),
+        shared_prefix_tokens=jnp.int32(shared_prefix_tokens), replicas=jnp.int32(replicas))
 
 
 def pages_per_logical(knobs: WorkingSetKnobs, config: WorkingSetConfig) -> jax.Array:
