@@ -51,14 +51,23 @@ def _compute(ctx: Context) -> pd.DataFrame:
 def run(ctx: Context) -> list[Comparison]:
     table = cached_table(ctx, NAME, {"concurrency": CONCURRENCY, "group": GROUP_SIZE, "trace": TRACE},
                          lambda: _compute(ctx))
-    grid = sns.catplot(data=table, x="concurrency", y="amplification", hue="config", col="model", kind="bar",
-                       height=3.4, aspect=1.1, hue_order=list(CONFIGS))
-    for ax, (model, part) in zip(grid.axes.flat, table.groupby("model", sort=False)):
+    fig, axes = plt.subplots(1, len(MODELS), figsize=(11, 3.6), sharey=True)
+    colors = sns.color_palette(n_colors=len(CONFIGS))
+    width = 0.8 / len(CONFIGS)
+    for ax, model in zip(axes, MODELS):
+        part = table[table.model == model]
         for j, label in enumerate(CONFIGS):
-            ax.axhline(PAPER[label], ls=":", lw=1, color=sns.color_palette()[j])
-    grid.set_axis_labels("concurrent requests (SWE-bench contexts)", "read-wave amplification")
-    grid.figure.suptitle("dotted: paper averages 5.97 / 3.95 / 2.25", y=1.03, fontsize=9)
-    save_figure(grid.figure, ctx, NAME)
+            bars = part[part.config == label].sort_values("concurrency")
+            x = np.arange(len(bars)) + (j - (len(CONFIGS) - 1) / 2) * width
+            ax.bar(x, bars.amplification, width, yerr=bars.ci95, capsize=2, color=colors[j], label=label)
+            ax.axhline(PAPER[label], ls=":", lw=1, color=colors[j])
+        ax.set_xticks(np.arange(len(CONCURRENCY)), [str(c) for c in CONCURRENCY])
+        ax.set(title=model, xlabel="concurrent requests (SWE-bench contexts)")
+    axes[0].set_ylabel("read-wave amplification (waves / ideal)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(CONFIGS), fontsize=8, bbox_to_anchor=(0.5, -0.2),
+               title="bars: hbfjax ± 95 % CI; dotted lines: paper averages", title_fontsize=8)
+    save_figure(fig, ctx, NAME)
     rows = []
     for label in CONFIGS:
         part = table[table.config == label]
