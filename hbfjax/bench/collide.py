@@ -1,6 +1,8 @@
-"""Page placements per second: S streams × one 12 MiB read (3,072 pages) on 3,072 planes, random placement.
+"""Page placements per second: S streams × one 12 MiB read (3,072 pages) on 3,072 planes (HBFlex §3.1).
 
-The reference does the same work the plain NumPy way: per stream, draw the planes and ``np.bincount``.
+The reference does the random-placement work the plain NumPy way: per stream, draw the planes and
+``np.bincount``. The first row does exactly that work; the others add hot-plane offload (a histogram
+of plane loads per stream) or plane-group striping, for scale.
 """
 
 from __future__ import annotations
@@ -26,12 +28,15 @@ def run(scale: float) -> list[dict]:
     ref_streams = max(16, streams // 16)
     gen = np.random.default_rng(0)
     ref_s = time_reference(lambda: _reference(ref_streams, gen)) / (ref_streams * PAGES)
-    for placement in ("random", "plane-group"):
-        config = collide.ReadConfig(planes=PLANES, max_pages=PAGES, placement=placement)
-        knobs = collide.ReadKnobs(jnp.int32(PAGES), collide.placement_knobs(group_size=32, pages_per_logical=4))
+    cases = [("random", False, 0.0), ("random", True, 0.1), ("plane-group", False, 0.0)]
+    for placement, offload, fraction in cases:
+        config = collide.ReadConfig(planes=PLANES, max_pages=PAGES, placement=placement, offload=offload)
+        knobs = collide.ReadKnobs(jnp.int32(PAGES), collide.placement_knobs(group_size=32, pages_per_logical=4,
+                                                                             offload_fraction=fraction))
         fn = batch.compiled(collide.simulate_read)
         ids = batch.stream_ids(0, streams)
         compile_s, run_s = time_compiled(lambda: fn(ids, jnp.uint32(1), knobs, config))
-        rows.append(row(f"collide {placement} {streams}x{PAGES}p/{PLANES}", streams * PAGES, "page placements",
+        label = f"collide {placement}{' +offload' if offload else ''} {streams}x{PAGES}p/{PLANES}"
+        rows.append(row(label, streams * PAGES, "page placements",
                         compile_s, run_s, ref_s, streams=streams))
     return rows

@@ -122,7 +122,8 @@ def _run_read(args, planes, block, group, spec, page_bytes) -> int:
         raise ValueError(f"--pages = {args.pages}: must be >= 1")
     config = collide.ReadConfig(planes=planes, max_pages=args.pages, placement=args.placement, page_bytes=page_bytes,
                                 t_read_us=spec.hbf.t_read_us if spec else 4.0,
-                                read_bw_gbps=spec.hbf.read_bw_gbps if spec else 2928.0)
+                                read_bw_gbps=spec.hbf.read_bw_gbps if spec else 2928.0,
+                                offload=args.offload_fraction > 0)
     knobs = collide.ReadKnobs(pages=jnp.int32(args.pages), placement=collide.placement_knobs(
         group, args.pages_per_logical, block, args.offload_fraction))
     out = batch.run(collide.simulate_read, args.streams, args.seed, knobs, config, chunk_streams=args.chunk_streams)

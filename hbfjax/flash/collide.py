@@ -185,6 +185,7 @@ class ReadConfig:
     page_bytes: int = 4096
     t_read_us: float = 4.0
     read_bw_gbps: float = 2928.0
+    offload: bool = True  # compute hot-plane offload (False: the offload fraction knob is ignored)
 
     def __post_init__(self):
         _validate_placement(self.placement)
@@ -210,7 +211,10 @@ def simulate_read(stream: jax.Array, seed: jax.Array, knobs: ReadKnobs, config: 
     valid = page < knobs.pages
     plane = place_pages(config.placement, (seed, stream), page, config.planes, knobs.placement)
     loads = plane_loads(plane, valid, config.planes)
-    served, offloaded = offload_hot_planes(loads, knobs.placement.offload_fraction, config.max_pages)
+    if config.offload:
+        served, offloaded = offload_hot_planes(loads, knobs.placement.offload_fraction, config.max_pages)
+    else:
+        served, offloaded = loads, jnp.int32(0)
     waves = jnp.max(served)
     ideal = ideal_waves(knobs.pages, config.planes)
     mean_load = knobs.pages.astype(jnp.float32) / config.planes
