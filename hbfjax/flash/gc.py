@@ -172,7 +172,7 @@ def append(state: BlockState, owner: jax.Array, cls: jax.Array, write: jax.Array
     max_new = n // k + c + 1
     t = jnp.arange(max_new, dtype=jnp.int32)
     cum = jnp.cumsum(new_blocks)
-    t_cls = jnp.searchsorted(cum, t, side="right").astype(jnp.int32)
+    t_cls = jnp.searchsorted(cum, t, side="right", method="compare_all").astype(jnp.int32)
     t_live = t < n_new
     t_blk = jnp.where(t_live, state.ring[(state.head + t) % b], b)
     t_last = t == (jnp.take(cum, jnp.clip(t_cls, 0, c - 1)) - 1)
@@ -294,11 +294,13 @@ def gc_target_pages(state: BlockState, trigger_used: jax.Array, target_used: jax
 
 def collect(state: BlockState, rounds: int, target_free_pages, seed, stream_id, config: BlockConfig,
             on_move=None, carry=None):
-    """``rounds`` reclaim rounds (static unroll); ``on_move(carry, moved) -> carry`` sees each batch."""
-    for _ in range(rounds):
-        state, moved = reclaim(state, target_free_pages, seed, stream_id, config)
-        if on_move is not None:
-            carry = on_move(carry, moved)
+    """``rounds`` reclaim rounds (a scan: compiled once); ``on_move(carry, moved) -> carry`` sees each batch."""
+    def body(c, _):
+        st, cr = c
+        st, moved = reclaim(st, target_free_pages, seed, stream_id, config)
+        return (st, cr if on_move is None else on_move(cr, moved)), None
+
+    (state, carry), _ = jax.lax.scan(body, (state, carry), None, length=rounds)
     return state, carry
 
 
@@ -306,3 +308,31 @@ def erase_summary(e: jax.Array) -> dict:
     """Erases per block int32[B] -> mean, max, spread (max − min)."""
     return {"erases_per_block_mean": e.mean(), "erases_per_block_max": e.max(),
             "erases_per_block_spread": e.max() - e.min()}
+
+
+def summarize(out: dict, physical_pages: int, valid_pages=None) -> dict:
+    """Across-stream summary of a batched run's outputs (NumPy, leading stream axis).
+
+    WAF = (host + migrated page programs) / host page programs, per stream, then mean ± 95 % CI.
+    The effective spare factor counts only pages in circulation: 1 − valid / (physical − mean free
+    pool and open-block remainder); ``valid_pages`` defaults to the output ``mean_valid_pages``.
+    """
+    import numpy as np
+
+    from hbfjax.stats import mean_ci95
+
+    host = np.asarray(out["host_writes"], np.float64)
+    mig = np.asarray(out["migrated_pages"], np.float64)
+    waf = (host + mig) / np.maximum(host, 1.0)
+    waf_mean, waf_ci = mean_ci95(waf)
+    valid = np.asarray(out["mean_valid_pages"] if valid_pages is None else valid_pages, np.float64)
+    circ = physical_pages - np.asarray(out["mean_free_pages"], np.float64)
+    eff = float(np.mean(1.0 - valid / circ))
+    return {"waf": float(waf_mean), "ci95_waf": float(waf_ci), "host_writes": int(host.sum()),
+            "migrated_pages": int(mig.sum()), "warmup_host_writes": int(np.sum(out["warmup_host_writes"])),
+            "erases_per_block_mean": float(np.mean(out["erases_per_block_mean"])),
+            "erases_per_block_max": int(np.max(out["erases_per_block_max"])),
+            "erases_per_block_spread": float(np.mean(out["erases_per_block_spread"])),
+            "gc_invocations": int(np.sum(out["gc_invocations"])), "effective_spare_factor": eff,
+            "alpha_effective": 1.0 / (1.0 - eff), "overflow": bool(np.any(out["overflow"])),
+            "overflow_streams": int(np.sum(out["overflow"])), "streams": int(host.shape[0])}

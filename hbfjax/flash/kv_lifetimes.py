@@ -317,3 +317,37 @@ def simulate(stream_id, seed, knobs: KvKnobs, config: KvConfig) -> dict:
             "moved_weight_pages": state.moved_weight_pages, "overflow": state.blocks.overflow,
             "mean_free_pages": state.free_pages_sum / n, "mean_valid_pages": state.valid_pages_sum / n,
             **gc.erase_summary(state.blocks.erases - erases0)}
+
+
+def trace_requests(trace, config: KvConfig, fill: float = 0.8, tpot_s: float = 0.05,
+                   keep_s: float = 0.0) -> tuple[dict, dict]:
+    """Trace requests as tick arrays for ``knobs(trace=...)``, scaled to the simulated device.
+
+    A request's KV is its new tokens (input − reused prefix + output); it lives from arrival until
+    its session's last turn has finished decoding (descendants reuse it; HBFlex §5.4), plus
+    ``keep_s``. Its label comes from the session root's arrival. The run's ticks span the whole
+    trace; tokens per page are chosen so that by Little's law the mean live KV is ``fill`` of the
+    device (real KV is far larger than a test device; only the mix of lifetimes matters for WAF).
+    Returns (arrays, scale facts).
+    """
+    arrival = np.asarray(trace.arrival_s, np.float64)
+    order = np.argsort(arrival, kind="stable")
+    done = arrival + np.asarray(trace.output_tokens) * tpot_s
+    session = np.asarray(trace.session)
+    session_end = np.zeros(len(arrival))
+    np.maximum.at(session_end, session, done)
+    life_s = np.maximum(session_end[session] - arrival, 0.0) + keep_s
+    tokens = np.maximum(np.asarray(trace.input_tokens) - np.asarray(trace.prefix_tokens), 0) \
+        + np.asarray(trace.output_tokens)
+    ticks = config.warmup_ticks + config.measure_ticks
+    duration = max(float(arrival.max()), 1e-9)
+    tick_s = duration / ticks
+    life_ticks = np.maximum(np.ceil(life_s / tick_s), 1).astype(np.int64)
+    live_token_ticks = float((tokens * life_ticks).sum()) / ticks
+    tokens_per_page = max(live_token_ticks / (fill * config.blocks.physical_pages), 1e-9)
+    pages = np.maximum(np.ceil(tokens / tokens_per_page), 1).astype(np.int64)
+    life_ticks = np.maximum(life_ticks, -(-pages // config.pages_per_tick))
+    root_tick = np.floor(arrival[session] / tick_s).astype(np.int64)
+    arrays = {"arrival_tick": np.floor(arrival[order] / tick_s).astype(np.int64), "life_ticks": life_ticks[order],
+              "pages": pages[order], "root_tick": root_tick[order]}
+    return arrays, {"tick_s": tick_s, "tokens_per_page": tokens_per_page, "requests": len(arrival)}
