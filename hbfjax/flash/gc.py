@@ -120,7 +120,8 @@ def free_pages(state: BlockState, config: BlockConfig) -> jax.Array:
 def written_pages(state: BlockState, config: BlockConfig) -> jax.Array:
     """int32[B] pages programmed (or abandoned) in each block since its erase: K closed, ptr open, 0 free."""
     k = config.pages_per_block
-    ptr_of_block = jnp.zeros_like(state.valid).at[state.open_block].set(state.open_ptr, mode="drop")
+    idx = jnp.where(state.open_block >= 0, state.open_block, config.n_blocks)  # −1 would wrap to the last block
+    ptr_of_block = jnp.zeros_like(state.valid).at[idx].set(state.open_ptr, mode="drop")
     return jnp.where(state.status == CLOSED, k, jnp.where(state.status == OPEN, ptr_of_block, 0))
 
 
@@ -251,7 +252,7 @@ def reclaim(state: BlockState, target_free_pages: jax.Array, seed: jax.Array, st
     else:
         j = jnp.arange(config.victims_per_gc, dtype=jnp.int32)
         fits = earlier + k + k * jnp.minimum(j + 1, c) <= free_blocks(state) * k
-    take = cand & (before < target_free_pages) & fits
+    take = cand & (before < target_free_pages) & fits & (gain > 0)  # a block with no stale page frees nothing
 
     pages = state.owner[victims]  # [g, K]
     move = take[:, None] & (pages >= 0)

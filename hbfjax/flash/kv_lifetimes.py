@@ -62,10 +62,9 @@ class KvConfig:
         require(self.weight_pages >= 0, c, "weight_pages", self.weight_pages, "must be >= 0")
         require(self.warmup_ticks >= 0, c, "warmup_ticks", self.warmup_ticks, "must be >= 0")
         self.blocks  # validates the block geometry
-        need = self.weight_pages + self.reserve_blocks * self.pages_per_block
-        require(need < self.blocks.physical_pages, c, "n_blocks", self.n_blocks,
+        require(self.weight_pages * (1 if self.separate_weights else 2) < self.valid_pages_max, c, "n_blocks", self.n_blocks,
                 f"{self.n_blocks} × {self.pages_per_block} pages cannot hold {self.weight_pages} weight pages "
-                f"plus the GC reserve of {self.reserve_blocks} blocks")
+                f"plus the GC reserve of {self.reserve_blocks} blocks and a partial block per class")
 
     @property
     def kv_classes(self) -> int:
@@ -81,6 +80,11 @@ class KvConfig:
         return BlockConfig(n_blocks=self.n_blocks, pages_per_block=self.pages_per_block, victim=self.victim,
                            n_classes=n_classes, victims_per_gc=self.victims_per_gc,
                            protected_class=self.kv_classes if self.separate_weights else -1)
+
+    @property
+    def valid_pages_max(self) -> int:
+        """Valid pages eviction allows at most: physical less the GC reserve and a partial block per class."""
+        return self.blocks.physical_pages - (self.reserve_blocks + 2 + self.blocks.n_classes) * self.pages_per_block
 
     @property
     def tick_pages(self) -> int:
@@ -162,9 +166,12 @@ def init_state(config: KvConfig) -> KvState:
     st = gc.init_state(bc)
     if config.weight_pages:
         w = jnp.full(config.weight_pages, s, jnp.int32)
-        st, _, _ = gc.append(st, w, jnp.full_like(w, config.weight_class), jnp.ones(w.shape, bool), bc)
-        if config.separate_weights:  # the weight class is done: close its last block
+        if config.separate_weights:  # DASH: weight-owned blocks, closed when the weights are in
+            st, _, _ = gc.append(st, w, jnp.full_like(w, config.weight_class), jnp.ones(w.shape, bool), bc)
             st = gc.close_classes(st, jnp.arange(bc.n_classes) == config.weight_class, bc)
+        else:  # shared blocks: weights were written among KV pages that have since died
+            w = jnp.stack([w, jnp.full_like(w, -1)], axis=1).reshape(-1)
+            st, _, _ = gc.append(st, w, jnp.zeros_like(w), jnp.ones(w.shape, bool), bc)
     z = jnp.zeros(s, jnp.int32)
     i0 = jnp.int32(0)
     return KvState(blocks=st, live=jnp.zeros(s, bool), gen=z, end_tick=z, left=z, held=z, start_tick=z, label=z,
@@ -193,7 +200,8 @@ def _evict(state: KvState, ending, knobs: KvKnobs, config: KvConfig):
     s = config.slots
     keep = state.live & ~ending
     weights = jnp.int32(config.weight_pages)
-    limit = jnp.floor(knobs.evict_used * config.blocks.physical_pages).astype(jnp.int32)
+    limit = jnp.minimum(jnp.floor(knobs.evict_used * config.blocks.physical_pages).astype(jnp.int32),
+                        config.valid_pages_max)
     excess = weights + jnp.where(keep, state.held, 0).sum() - limit
     order = jnp.argsort(jnp.where(keep, state.start_tick, jnp.iinfo(jnp.int32).max), stable=True)
     held_sorted = jnp.where(keep, state.held, 0)[order]
@@ -264,7 +272,7 @@ def step(state: KvState, seed, stream_id, knobs: KvKnobs, config: KvConfig, meas
     go = gc.free_blocks(st) >= config.reserve_blocks - 1
 
     ending = go & state.live & (state.tick >= state.end_tick)
-    evict = go & _evict(state, ending, knobs, config)
+    evict = _evict(state, ending, knobs, config)  # also while stalled: eviction is what frees the device
     dead = ending | evict
     state = dataclasses.replace(state, live=state.live & ~dead,
                                 evicted=state.evicted + evict.sum().astype(jnp.int32))
