@@ -205,6 +205,7 @@ def run(args) -> int:
         "buffer_mean_bytes": float(np.mean(out["buffer_mean_bytes"])),
         "buffer_peak_bytes": float(np.max(out["buffer_peak_bytes"])),
         "forced_writebacks": float(np.mean(out["forced_writebacks"])),
+        "buffer_overflow_fraction": float(np.mean(out["buffer_overflow"])),
         "forced_writebacks_per_iteration": float(np.mean(out["forced_writebacks"])) / measured,
         "stall_us_total": float(np.mean(out["stall_us_total"])),
         "program_busy_us_total": float(np.mean(out["program_busy_us_total"])),

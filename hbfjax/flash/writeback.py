@@ -257,6 +257,7 @@ def rollout(words, decode_requests, prefill_tokens, knobs: WritebackKnobs, confi
             state: WritebackState | None = None) -> tuple[WritebackState, IterationStats]:
     """``lax.scan`` over iterations with per-iteration inputs ``decode_requests[T]``, ``prefill_tokens[T]``
     (a serving engine passes its own); returns the final state and stats with a leading [T] axis."""
+    config.check(knobs)  # shapes are static at trace time
     plan = plan_timeline(knobs)
     state = init_state(config) if state is None else state
     T = decode_requests.shape[0]
@@ -289,6 +290,9 @@ def summarize(stats: IterationStats, knobs: WritebackKnobs, config: WritebackCon
         "forced_writebacks": jnp.sum(m.forced_writebacks),
         "buffer_mean_bytes": (mean(m.buffer_end_pages) + base) * page,
         "buffer_peak_bytes": (jnp.max(m.buffer_peak_pages) + base) * page,
+        # sticky: the buffer ever held more than its budget (dash-prefill-direct keeps decode KV in HBM
+        # with no writeback; window drains any excess at once, so its buffer never stays above it)
+        "buffer_overflow": jnp.max(m.buffer_peak_pages) + base > knobs.flash.buffer_capacity_pages,
         "stall_us_total": jnp.sum(m.stall_us),
         "program_busy_us_total": jnp.sum(m.program_busy_us),
     }
