@@ -57,7 +57,8 @@ def _prob(text):
 def register(subparsers) -> None:
     p = subparsers.add_parser("writeback", help="KV writeback policies: exposed stall (HBFlex §5.3, DASH §V-B)",
                               description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--policy", choices=wb.POLICIES, default="window", help="writeback policy (default window)")
+    p.add_argument("--policy", choices=wb.POLICIES, default=None,
+                   help="writeback policy (default: window with --preset hbflex, dash-hbm with --preset dash)")
     p.add_argument("--preset", choices=["hbflex", "dash"], default="hbflex",
                    help="hardware and scenario: hbflex = DeepSeek-V4-Pro-like decode on the all-HBF package; "
                         "dash = Llama 4 Maverick B=1 decode with HBM spill (default hbflex)")
@@ -183,6 +184,8 @@ def run(args) -> int:
         return run_synthetic(args)
     if args.pages_per_iter is not None or args.window_pages is not None:
         raise ValueError("--pages-per-iter and --window-pages belong to --synthetic")
+    if args.policy is None:
+        args.policy = "dash-hbm" if args.preset == "dash" else "window"
     knobs = _knobs(args)
     T = args.iterations or 100
     warm = int(args.warmup) if args.warmup is not None else T // 10
