@@ -11,7 +11,7 @@ from hbfjax.flash import gc, kv_lifetimes as kv
 from hbfjax.traces import load_trace
 
 SEED, STREAM = jnp.uint32(5), jnp.int32(2)
-BASE = dict(n_blocks=128, pages_per_block=16, slots=16, pages_per_tick=2, warmup_ticks=150, measure_ticks=250)
+BASE = dict(n_blocks=128, pages_per_block=16, slots=16, pages_per_tick=2, warmup_ticks=100, measure_ticks=200)
 
 
 def _waf(out):
@@ -25,7 +25,7 @@ def test_kv_conserves_pages_and_never_loses_a_live_request_page():
     step = jax.jit(lambda s: kv.step(s, SEED, STREAM, knobs, cfg, True))
     s = kv.init_state(cfg)
     s_slots = cfg.slots
-    for _ in range(120):
+    for _ in range(80):
         s = step(s)
         b = s.blocks
         counts = {k: int(v) for k, v in gc.page_counts(b, cfg.blocks).items()}
@@ -69,7 +69,7 @@ def test_lifetime_packing_lowers_waf_versus_interleaved_on_the_same_random_numbe
 
 def test_weight_blocks_are_never_migrated_with_dash_separation():
     # FIFO would take the oldest blocks — the weight blocks — if they were candidates.
-    base = dict(BASE, victim="fifo", weight_pages=512, lifetime="exponential")
+    base = dict(BASE, victim="fifo", weight_pages=512, lifetime="exponential", warmup_ticks=60, measure_ticks=60)
     out = {}
     for sep in (True, False):
         cfg = kv.KvConfig(**base, separate_weights=sep)

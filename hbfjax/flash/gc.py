@@ -238,8 +238,9 @@ def reclaim(state: BlockState, target_free_pages: jax.Array, seed: jax.Array, st
     score = victim_score(state, seed, stream_id, config)
     neg, victims = jax.lax.top_k(-score, config.victims_per_gc)
     cand = -neg < _INT_MAX
-    v = jnp.where(cand, state.valid[victims], k)
-    gain = k - v
+    # Full blocks stay candidates (a random or FIFO victim may be full: that is the policy modelled).
+    v = jnp.where(cand, state.valid[victims], 0)
+    gain = jnp.where(cand, k - v, 0)
     before = free_blocks(state) * k + jnp.cumsum(gain) - gain
     # Victims are erased after the batch's migration, so the batch must fit in today's free pages.
     # Victim j is taken if the earlier ones plus a *full* block fit: a rule that does not look at
@@ -252,7 +253,7 @@ def reclaim(state: BlockState, target_free_pages: jax.Array, seed: jax.Array, st
     else:
         j = jnp.arange(config.victims_per_gc, dtype=jnp.int32)
         fits = earlier + k + k * jnp.minimum(j + 1, c) <= free_blocks(state) * k
-    take = cand & (before < target_free_pages) & fits & (gain > 0)  # a block with no stale page frees nothing
+    take = cand & (before < target_free_pages) & fits
 
     pages = state.owner[victims]  # [g, K]
     move = take[:, None] & (pages >= 0)

@@ -28,7 +28,7 @@ class OverwriteConfig:
     """Static shape of an overwrite run: device, logical size, chunking and run length."""
 
     blocks: BlockConfig
-    logical_pages: int  # L: pages the host can address (spare factor s = 1 − L / physical)
+    logical_pages: int  # L_max: size of the logical→physical map; the run's L is a knob ≤ L_max
     chunk_pages: int  # host writes per scan step (one GC phase each)
     warmup_chunks: int  # chunks before measuring (the first fill is set up directly, not simulated)
     measure_chunks: int
@@ -71,10 +71,11 @@ class OverwriteKnobs:
     gc_target_used: jax.Array  # float32[] GC reclaims until used ≤ this fraction
     hot_fraction: jax.Array  # float32[] f: fraction of logical pages that are hot
     hot_write_fraction: jax.Array  # float32[] r: fraction of writes that go to hot pages
+    logical_pages: jax.Array  # int32[] L ≤ config.logical_pages: spare factor s = 1 − L / physical
 
 
 def default_knobs(config: OverwriteConfig, hot_fraction: float = 0.2, hot_write_fraction: float = 0.8,
-                  slack_pages: int | None = None) -> OverwriteKnobs:
+                  slack_pages: int | None = None, logical_pages: int | None = None) -> OverwriteKnobs:
     """Watermarks: GC when the pool drops below the reserve + slack, refilling it to reserve + slack.
 
     GC runs before each chunk, so a pool at the reserve always holds the chunk; slack (default one
@@ -83,9 +84,15 @@ def default_knobs(config: OverwriteConfig, hot_fraction: float = 0.2, hot_write_
     phys = config.blocks.physical_pages
     reserve = config.reserve_pages_min
     slack = config.blocks.pages_per_block if slack_pages is None else slack_pages
+    lp = config.logical_pages if logical_pages is None else int(logical_pages)
+    require(1 <= lp <= config.logical_pages, "OverwriteKnobs", "logical_pages", lp,
+            f"must be in [1, config.logical_pages = {config.logical_pages}]")
+    for name, v in (("hot_fraction", hot_fraction), ("hot_write_fraction", hot_write_fraction)):
+        require(0.0 < v < 1.0, "OverwriteKnobs", name, v, "must be in (0, 1)")
     f32 = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
     return OverwriteKnobs(gc_trigger_used=f32(1 - (reserve + slack) / phys), gc_target_used=f32(1 - (reserve + slack) / phys),
-                          hot_fraction=f32(hot_fraction), hot_write_fraction=f32(hot_write_fraction))
+                          hot_fraction=f32(hot_fraction), hot_write_fraction=f32(hot_write_fraction),
+                          logical_pages=jnp.asarray(lp, jnp.int32))
 
 
 @jax.tree_util.register_dataclass
@@ -98,15 +105,15 @@ class OverwriteState:
     stalled_chunks: jax.Array  # int32[] chunks the host waited for GC
 
 
-def filled_state(config: OverwriteConfig) -> OverwriteState:
-    """The device after the first sequential fill: logical page i at physical page i."""
+def filled_state(config: OverwriteConfig, logical_pages=None) -> OverwriteState:
+    """The device after the first sequential fill: logical page i at physical page i (i < L)."""
     bc = config.blocks
-    b, k = bc.n_blocks, bc.pages_per_block
+    k = bc.pages_per_block
     st = gc.init_state(bc)
     lpages = jnp.arange(config.logical_pages, dtype=jnp.int32)
-    st, blk, off = gc.append(st, lpages, jnp.zeros_like(lpages), jnp.ones(lpages.shape, bool), bc)
-    del b
-    l2p = blk * k + off
+    n = config.logical_pages if logical_pages is None else logical_pages
+    st, blk, off = gc.append(st, lpages, jnp.zeros_like(lpages), lpages < n, bc)
+    l2p = jnp.where(lpages < n, blk * k + off, -1)
     return OverwriteState(blocks=dataclasses.replace(st, host_pages=jnp.int32(0)), l2p=l2p,
                           chunk=jnp.int32(0), free_pages_sum=jnp.float32(0),
                           stalled_chunks=jnp.int32(0))
@@ -115,7 +122,7 @@ def filled_state(config: OverwriteConfig) -> OverwriteState:
 def draw_logical(seed, stream_id, chunk, knobs: OverwriteKnobs, config: OverwriteConfig) -> jax.Array:
     """int32[chunk_pages] logical pages written in this chunk (uniform or hot/cold, counter hash)."""
     i = jnp.arange(config.chunk_pages, dtype=jnp.int32)
-    n = config.logical_pages
+    n = knobs.logical_pages
     if config.workload == "uniform":
         return rng.uniform_index(rng.mix(seed, stream_id, chunk, i, 0x77), n)
     n_hot = jnp.clip(jnp.floor(knobs.hot_fraction * n).astype(jnp.int32), 1, n - 1)
@@ -190,7 +197,7 @@ def counters(state: OverwriteState) -> dict:
 
 def simulate(stream_id, seed, knobs: OverwriteKnobs, config: OverwriteConfig) -> dict:
     """One stream (for ``hbfjax.batch.run``): fill, warm up, measure; counters over the measured part."""
-    state = filled_state(config)
+    state = filled_state(config, knobs.logical_pages)
     state = rollout(state, seed, stream_id, knobs, config, config.warmup_chunks, measure=False)
     before = counters(state)
     erases0 = state.blocks.erases
@@ -199,6 +206,6 @@ def simulate(stream_id, seed, knobs: OverwriteKnobs, config: OverwriteConfig) ->
     d = {key: after[key] - before[key] for key in after}
     st = state.blocks
     mean_free = state.free_pages_sum / config.measure_chunks
-    return {**d, "warmup_host_writes": before["host_writes"] + config.logical_pages,
+    return {**d, "warmup_host_writes": before["host_writes"] + knobs.logical_pages,
             "mean_free_pages": mean_free, "overflow": st.overflow,
             **gc.erase_summary(st.erases - erases0)}
