@@ -164,7 +164,7 @@ def small_hbflex(layers=8, **kw):
 
 def test_policies_order_immediate_stripe_window_on_identical_random_numbers():
     knobs = small_hbflex(layers=4, decode_requests=64, prefill_prob=0.3)
-    res = {p: batch.run(wb.stream_fn, 64, 11, knobs, sc.config_for(knobs, p, 20, 4)) for p in
+    res = {p: batch.run(wb.stream_fn, 64, 11, knobs, sc.config_for(knobs, p, 16)) for p in
            ("immediate", "stripe", "window")}
     s = {p: r["stall_us_per_iteration"] for p, r in res.items()}
     assert np.all(s["immediate"] >= s["stripe"]) and np.all(s["stripe"] >= s["window"])
@@ -213,12 +213,12 @@ def test_dash_writeback_hidden_up_to_500us_and_exposed_at_5ms():
 def test_jit_equals_eager_and_knob_changes_do_not_recompile():
     knobs = small_hbflex(decode_requests=16, prefill_prob=0.5)
     knobs = dataclasses.replace(knobs, timeline=make_timeline(
-        np.asarray(knobs.timeline.duration_us[:2]), np.asarray(knobs.timeline.is_read[:2]),
-        np.asarray(knobs.timeline.kv_point[:2]), 82.0, 96, touch_fraction=np.full((2, 6), 0.5)))
-    cfg = sc.config_for(knobs, "stripe", 4)
+        np.asarray(knobs.timeline.duration_us[:1]), np.asarray(knobs.timeline.is_read[:1]),
+        np.asarray(knobs.timeline.kv_point[:1]), 82.0, 96, touch_fraction=np.full((1, 6), 0.5)))
+    cfg = sc.config_for(knobs, "stripe", 3)
     fn = batch.compiled(wb.stream_fn)
     jitted = fn(jnp.arange(3, dtype=jnp.int32), jnp.uint32(9), knobs, cfg)
-    for s in (0, 2):  # eager runs op by op: two streams suffice
+    for s in (2,):  # eager runs op by op: one stream suffices
         with jax.disable_jit():
             eager = wb.stream_fn(jnp.int32(s), jnp.uint32(9), knobs, cfg)
         for k in eager:
@@ -262,20 +262,20 @@ def test_cli_reports_the_documented_keys(capsys):
 
 
 def test_compiled_rollout_equals_the_sequential_numpy_reference():
-    """vmap/scan = loop: the bench's plain NumPy rollout gives the same stall and busy time, iteration by
-    iteration, for each HBFlex policy (window with a small SRAM, so forced writebacks occur)."""
+    """vmap/scan = loop: the bench's plain NumPy rollout gives the same stall and busy time as the batched,
+    compiled streams, for each HBFlex policy (window with a small SRAM, so forced writebacks occur).
+    Same configs as the ordering test, so nothing recompiles."""
     from hbfjax.bench.writeback import reference_plan, reference_rollout
 
     knobs = small_hbflex(layers=4, decode_requests=32, prefill_prob=0.2, sram_kv_bytes=24 * 4096.0)
     plan = reference_plan(knobs)
-    roll = jax.jit(wb.rollout, static_argnums=4)
     for policy in ("immediate", "stripe", "window"):
         cfg = sc.config_for(knobs, policy, 16)
-        words = (jnp.uint32(4), jnp.int32(2))
-        dec, pre = wb.iteration_inputs(words, knobs, cfg)
-        _, st = roll(words, dec, pre, knobs, cfg)
-        ref = reference_rollout(plan, policy, np.asarray(dec), np.asarray(pre))
-        np.testing.assert_allclose(st.stall_us, ref["stall_us"], atol=1e-2)
-        np.testing.assert_allclose(st.program_busy_us, ref["program_busy_us"], atol=1e-2)
+        out = batch.run(wb.stream_fn, 64, 4, knobs, cfg)  # 64 streams: the ordering test's compiled shape
+        for stream in range(2):
+            dec, pre = wb.iteration_inputs((jnp.uint32(4), jnp.int32(stream)), knobs, cfg)
+            ref = reference_rollout(plan, policy, np.asarray(dec), np.asarray(pre))
+            assert out["stall_us_total"][stream] == pytest.approx(ref["stall_us"].sum(), abs=1e-2)
+            assert out["program_busy_us_total"][stream] == pytest.approx(ref["program_busy_us"].sum(), abs=1e-2)
         if policy == "window":
-            assert int(st.forced_writebacks.sum()) > 0 and float(st.stall_us.sum()) > 0
+            assert out["forced_writebacks"].sum() > 0 and out["stall_us_total"].sum() > 0

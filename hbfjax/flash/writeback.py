@@ -202,46 +202,49 @@ def iteration_step(state: WritebackState, inputs, words, knobs: WritebackKnobs, 
     S, P, policy = config.segments, config.plane_slots, config.policy
     h_iter = rng.mix(*words, it)
 
+    def issue(busy, cursor, prog, n, t0):
+        busy, cursor, b_us, r = program_pages(busy, cursor, n, t0, fk.t_prog_us, fk.planes_per_slot)
+        busy_us, pages, rounds = prog
+        return busy, cursor, (busy_us + b_us, pages + n.astype(jnp.int32), rounds + r)
+
     def layer(carry, lx):
-        st, t, acc = carry
+        st, t, pending, prog, (stall, forced, peak) = carry
         l, dur, pre_us, is_read, frac, mask, kvp, jit, kvb, gd, gp, gs = lx
         u_layer = rng.uniform01(rng.mix(h_iter, l, SALT_PHASE))
         busy, cursor, buf = st.busy_until_us, st.cursor, st.buffer_pages
-        stall, busy_us, pages, rounds, forced, peak = acc
         for s in range(S):  # the fixed segments of one layer, in time order (static structure)
             d = (dur[s] + pre_us[s] * pre) * (1.0 + jit[s] * (2.0 * u_layer - 1.0))
+            # the previous segment's KV programs and this segment's window drain start at the same instant
+            # and never both (KV ends a compute segment, a window opens after a read): one program batch
+            n = pending
             if policy == "window":
-                n = jnp.where(gs[s], window_drain(buf, gd[s] + gp[s] * pre, fk, P), 0.0)
-                busy, cursor, b_us, r = program_pages(busy, cursor, n, t, fk.t_prog_us, fk.planes_per_slot)
-                buf, busy_us, pages, rounds = buf - n, busy_us + b_us, pages + n.astype(jnp.int32), rounds + r
+                n_win = jnp.where(gs[s], window_drain(buf, gd[s] + gp[s] * pre, fk, P), 0.0)
+                buf, n = buf - n_win, n + n_win
+            busy, cursor, prog = issue(busy, cursor, prog, n, t)
             touched = touched_slots(rng.mix(h_iter, l * S + s, SALT_TOUCH), frac[s], mask[s])
             wait = jnp.where(is_read[s], read_wait_us(busy, touched, t), 0.0)
             stall, t = stall + wait, t + wait + d
             buf_k, now, later, f = kv_programs(policy, buf, dec, pre, kvb, fk)
             buf = jnp.where(kvp[s], buf_k, buf)
-            now, later = jnp.where(kvp[s], now, 0.0), jnp.where(kvp[s], later, 0.0)
+            pending = jnp.where(kvp[s], now, 0.0)
             forced = forced + jnp.where(kvp[s], f, 0)
-            busy, cursor, b_us, r = program_pages(busy, cursor, now, t, fk.t_prog_us, fk.planes_per_slot)
-            busy_us, pages, rounds = busy_us + b_us, pages + now.astype(jnp.int32), rounds + r
-            if policy == "dash-hbm":
-                xfer_us = later * fk.page_bytes / (fk.link_bw_gbps * 1e3)
-                busy, cursor, b_us, r = program_pages(busy, cursor, later, t + xfer_us, fk.t_prog_us,
-                                                      fk.planes_per_slot)
-                busy_us, pages, rounds = busy_us + b_us, pages + later.astype(jnp.int32), rounds + r
+            if policy == "dash-hbm":  # the wave starts once it has crossed the HBM–HBF link
+                later = jnp.where(kvp[s], later, 0.0)
+                busy, cursor, prog = issue(busy, cursor, prog, later,
+                                           t + later * fk.page_bytes / (fk.link_bw_gbps * 1e3))
             peak = jnp.maximum(peak, buf)
         st = WritebackState(busy_until_us=busy, cursor=cursor, buffer_pages=buf)
-        return (st, t, (stall, busy_us, pages, rounds, forced, peak)), None
+        return (st, t, pending, prog, (stall, forced, peak)), None
 
     L = config.layers
     lx = (jnp.arange(L, dtype=jnp.int32), tl.duration_us, tl.prefill_us_per_token, tl.is_read, tl.touch_fraction,
           tl.touch_mask, tl.kv_point, tl.phase_jitter, tl.kv_bytes_per_token,
           gap_dec.reshape(L, S), gap_pre.reshape(L, S), gap_start.reshape(L, S))
     f0, i0 = jnp.float32(0.0), jnp.int32(0)
-    acc0 = (f0, f0, i0, i0, i0, state.buffer_pages)
-    (st, t, acc), _ = jax.lax.scan(layer, (state, f0, acc0), lx)
-    stall, busy_us, pages, rounds, forced, peak = acc
-    st = WritebackState(busy_until_us=jnp.maximum(st.busy_until_us - t, 0.0), cursor=st.cursor,
-                        buffer_pages=st.buffer_pages)
+    carry0 = (state, f0, f0, (f0, i0, i0), (f0, i0, state.buffer_pages))
+    (st, t, pending, prog, (stall, forced, peak)), _ = jax.lax.scan(layer, carry0, lx)
+    busy, cursor, (busy_us, pages, rounds) = issue(st.busy_until_us, st.cursor, prog, pending, t)  # last KV
+    st = WritebackState(busy_until_us=jnp.maximum(busy - t, 0.0), cursor=cursor, buffer_pages=st.buffer_pages)
     return st, IterationStats(stall_us=stall, iteration_us=t, program_busy_us=busy_us, pages_programmed=pages,
                               program_rounds=rounds, forced_writebacks=forced, buffer_end_pages=st.buffer_pages,
                               buffer_peak_pages=peak)
