@@ -40,8 +40,10 @@ def _turns():
     return new_in, out, gap, starts
 
 
-def replay(concurrency: int, streams: int, seed: int) -> list[np.ndarray]:
-    """Per stream, the decode tokens of every interval between consecutive prefill iterations."""
+def replay(concurrency: int, streams: int, seed: int, iterations: int = ITERATIONS) -> dict:
+    """``intervals``: per stream, the decode tokens of every interval between consecutive prefill iterations
+    (after warm-up); ``decode_requests`` and ``prefill_tokens`` [streams, iterations]: the per-iteration
+    inputs a writeback rollout takes (``hbfjax.flash.writeback.rollout``)."""
     new_in, out, gap, starts = _turns()
     rng = np.random.default_rng(seed)
     shape = (streams, concurrency)
@@ -52,7 +54,9 @@ def replay(concurrency: int, streams: int, seed: int) -> list[np.ndarray]:
     arrival = np.zeros(shape)
     acc = np.zeros(streams, np.int64)
     intervals = [[] for _ in range(streams)]
-    for k in range(ITERATIONS):
+    dec_it = np.zeros((streams, iterations), np.float32)
+    pre_it = np.zeros((streams, iterations), np.float32)
+    for k in range(iterations):
         t = k * ITERATION_S
         arrive = (phase == 0) & (next_s <= t)
         phase[arrive], remaining[arrive], arrival[arrive] = 1, new_in[turn[arrive]], t
@@ -60,6 +64,8 @@ def replay(concurrency: int, streams: int, seed: int) -> list[np.ndarray]:
         prefilling = phase == 1
         acc += decoding.sum(axis=1)
         opportunity = prefilling.any(axis=1)
+        dec_it[:, k] = decoding.sum(axis=1)
+        pre_it[:, k] = np.where(prefilling, np.minimum(remaining, CHUNK), 0).sum(axis=1)
         remaining[decoding] -= 1
         remaining[prefilling] -= CHUNK
         to_decode = prefilling & (remaining <= 0)
@@ -77,14 +83,14 @@ def replay(concurrency: int, streams: int, seed: int) -> list[np.ndarray]:
             for s in np.flatnonzero(opportunity):
                 intervals[s].append(acc[s])
         acc[opportunity] = 0
-    return [np.asarray(v) for v in intervals]
+    return {"intervals": [np.asarray(v) for v in intervals], "decode_requests": dec_it, "prefill_tokens": pre_it}
 
 
 def _compute(ctx: Context) -> pd.DataFrame:
     streams = min(ctx.streams, 32)
     rows = []
     for c in CONCURRENCY:
-        for s, v in enumerate(replay(c, streams, ctx.seed + 1000 * c)):
+        for s, v in enumerate(replay(c, streams, ctx.seed + 1000 * c)["intervals"]):
             rows += [{"concurrency": c, "stream": s, "decode_tokens": int(x)} for x in v]
     return pd.DataFrame(rows)
 
