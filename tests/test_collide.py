@@ -153,6 +153,6 @@ def test_histogram_offload_level_equals_the_sorted_one():
     loads = jnp.asarray(np.random.default_rng(0).poisson(3.0, 500), jnp.int32)
     for f in (0.0, 0.01, 0.1, 0.37):
         by_sort = c.offload_hot_planes(loads, jnp.float32(f))
-        by_hist = c.offload_hot_planes(loads, jnp.float32(f), max_load=int(loads.max()) + 3)
+        by_hist = c.offload_hot_planes(loads, jnp.float32(f), load_bound=int(loads.max()) + 3)
         np.testing.assert_array_equal(by_sort[0], by_hist[0])
         assert int(by_sort[1]) == int(by_hist[1])

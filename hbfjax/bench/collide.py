@@ -2,11 +2,14 @@
 
 The reference does the random-placement work the plain NumPy way: per stream, draw the planes and
 ``np.bincount``. The first row does exactly that work; the others add hot-plane offload (a histogram
-of plane loads per stream) or plane-group striping, for scale.
+of plane loads per stream) or plane-group striping, for scale. On a CPU the streams go through the
+compiled function 256 at a time (their plane counters then stay in cache, about 1.5× faster than
+one call over all streams); on a GPU in one call.
 """
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -15,6 +18,7 @@ from hbfjax.bench._timing import row, time_compiled, time_reference
 from hbfjax.flash import collide
 
 PLANES = PAGES = 3072
+CPU_CHUNK_STREAMS = 256
 
 
 def _reference(streams: int, rng: np.random.Generator) -> None:
@@ -25,18 +29,20 @@ def _reference(streams: int, rng: np.random.Generator) -> None:
 def run(scale: float) -> list[dict]:
     rows = []
     streams = max(64, int(4096 * scale))
+    chunk = streams if jax.devices()[0].platform == "gpu" else min(streams, CPU_CHUNK_STREAMS)
     ref_streams = max(16, streams // 16)
     gen = np.random.default_rng(0)
-    ref_s = time_reference(lambda: _reference(ref_streams, gen)) / (ref_streams * PAGES)
     cases = [("random", False, 0.0), ("random", True, 0.1), ("plane-group", False, 0.0)]
     for placement, offload, fraction in cases:
         config = collide.ReadConfig(planes=PLANES, max_pages=PAGES, placement=placement, offload=offload)
         knobs = collide.ReadKnobs(jnp.int32(PAGES), collide.placement_knobs(group_size=32, pages_per_logical=4,
                                                                              offload_fraction=fraction))
         fn = batch.compiled(collide.simulate_read)
-        ids = batch.stream_ids(0, streams)
-        compile_s, run_s = time_compiled(lambda: fn(ids, jnp.uint32(1), knobs, config))
+        chunks = [batch.stream_ids(first, chunk) for first in range(0, streams, chunk)]
+        compile_s, run_s = time_compiled(lambda: [fn(ids, jnp.uint32(1), knobs, config) for ids in chunks])
+        # the reference is timed right after, under the same machine load
+        ref_s = time_reference(lambda: _reference(ref_streams, gen)) / (ref_streams * PAGES)
         label = f"collide {placement}{' +offload' if offload else ''} {streams}x{PAGES}p/{PLANES}"
-        rows.append(row(label, streams * PAGES, "page placements",
-                        compile_s, run_s, ref_s, streams=streams))
+        rows.append(row(label, len(chunks) * chunk * PAGES, "page placements", compile_s, run_s, ref_s,
+                        streams=streams, chunk_streams=chunk))
     return rows

@@ -143,24 +143,37 @@ def plane_loads(plane: jax.Array, valid: jax.Array, planes: int) -> jax.Array:
     return _plane_loads_fn(planes)(plane.astype(jnp.int32), valid.astype(jnp.int32))
 
 
-def offload_hot_planes(loads: jax.Array, fraction: jax.Array, max_load: int | None = None) -> tuple[jax.Array, jax.Array]:
+def max_load(loads: jax.Array) -> jax.Array:
+    """Max over the last (plane) axis by pairwise halving.
+
+    XLA's CPU backend does not vectorise an integer max-reduction (about 0.5 G elements/s on the
+    2-core CI machine), but it does vectorise elementwise ``maximum``: halving the axis first makes
+    the reduction about 4× faster, and it is exact.
+    """
+    while loads.shape[-1] % 2 == 0 and loads.shape[-1] > 8:
+        half = loads.shape[-1] // 2
+        loads = jnp.maximum(loads[..., :half], loads[..., half:])
+    return jnp.max(loads, axis=-1)
+
+
+def offload_hot_planes(loads: jax.Array, fraction: jax.Array, load_bound: int | None = None) -> tuple[jax.Array, jax.Array]:
     """Serve the excess pages of the top ``fraction`` of planes from SRAM (HBFlex §5.2, §6.5).
 
     The k = round(f × planes) most loaded planes are cut down to the load of the next plane in
     rank order (the (k+1)-th highest); their excess pages are read from SRAM instead. Returns
     (loads left on the planes [planes], pages offloaded []).
 
-    With a static bound ``max_load`` on any plane's load, that level comes from a histogram of the
+    With a static bound ``load_bound`` on any plane's load, that level comes from a histogram of the
     loads (one small scatter) instead of a sort of all planes, which is several times cheaper.
     """
     planes = loads.shape[-1]
     k = jnp.clip(jnp.round(fraction * planes).astype(jnp.int32), 0, planes - 1)
-    if max_load is None:
+    if load_bound is None:
         level = (-jnp.sort(-loads))[k]  # load of the highest plane that is not offloaded
     else:
-        at_least = jnp.cumsum(plane_loads(loads, jnp.ones_like(loads), max_load + 1)[::-1])[::-1]  # planes ≥ v
+        at_least = jnp.cumsum(plane_loads(loads, jnp.ones_like(loads), load_bound + 1)[::-1])[::-1]  # planes ≥ v
         level = jnp.sum(at_least[1:] >= k + 1)  # largest v with more than k planes at load ≥ v
-    capped = jnp.minimum(loads, jnp.where(k > 0, level, jnp.max(loads)))
+    capped = jnp.minimum(loads, jnp.where(k > 0, level, max_load(loads)))
     return capped, jnp.sum(loads - capped)
 
 
@@ -215,12 +228,12 @@ def simulate_read(stream: jax.Array, seed: jax.Array, knobs: ReadKnobs, config: 
         served, offloaded = offload_hot_planes(loads, knobs.placement.offload_fraction, config.max_pages)
     else:
         served, offloaded = loads, jnp.int32(0)
-    waves = jnp.max(served)
+    waves = max_load(served)
     ideal = ideal_waves(knobs.pages, config.planes)
     mean_load = knobs.pages.astype(jnp.float32) / config.planes
     return {
         "waves": waves,
-        "raw_waves": jnp.max(loads),
+        "raw_waves": max_load(loads),
         "ideal_waves": ideal,
         "amplification": waves.astype(jnp.float32) / jnp.maximum(ideal, 1).astype(jnp.float32),
         "max_to_avg_load": waves.astype(jnp.float32) / jnp.maximum(mean_load, 1e-9),

@@ -32,8 +32,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from hbfjax import rng
-from hbfjax.flash.collide import (PLACEMENTS, PlacementKnobs, group_count, offload_hot_planes, placement_knobs,
-                                  plane_loads, striped_plane)
+from hbfjax.flash.collide import (PLACEMENTS, PlacementKnobs, group_count, max_load, offload_hot_planes,
+                                  placement_knobs, plane_loads, striped_plane)
 
 SCHEDULES = ("in-order", "placement-aware")
 HOT_PLANE_FACTOR = 1.5  # a plane is "hot" when its load exceeds 1.5 × the mean (HBFlex Fig. 5c)
@@ -310,13 +310,13 @@ def measure(words: tuple, state: WorkingSetState, knobs: WorkingSetKnobs, config
     wave_loads = plane_loads(wave[:, None] * config.planes + chunk_plane, chunk_read, n_waves * config.planes)
     wave_loads = wave_loads.reshape(n_waves, config.planes)
     wave_pages = jnp.sum(wave_loads, axis=1)
-    waves = jnp.sum(jnp.max(wave_loads, axis=1))
+    waves = jnp.sum(max_load(wave_loads))
     ideal = jnp.sum((wave_pages + config.planes - 1) // config.planes)
     return {
         "pages": pages,
-        "max_to_avg_load": jnp.max(loads) / jnp.maximum(mean, 1e-9),
+        "max_to_avg_load": max_load(loads) / jnp.maximum(mean, 1e-9),
         "hot_plane_fraction": jnp.mean(loads > HOT_PLANE_FACTOR * mean),
-        "offload_max_to_avg_load": jnp.max(served) / jnp.maximum(mean, 1e-9),
+        "offload_max_to_avg_load": max_load(served) / jnp.maximum(mean, 1e-9),
         "offloaded_pages": offloaded,
         "sram_bytes": offloaded * config.page_bytes,
         "waves": waves,
