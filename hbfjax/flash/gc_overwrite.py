@@ -83,7 +83,7 @@ def default_knobs(config: OverwriteConfig, hot_fraction: float = 0.2, hot_write_
     """
     phys = config.blocks.physical_pages
     reserve = config.reserve_pages_min
-    slack = config.blocks.pages_per_block if slack_pages is None else slack_pages
+    slack = max(config.blocks.pages_per_block, config.chunk_pages) if slack_pages is None else slack_pages
     lp = config.logical_pages if logical_pages is None else int(logical_pages)
     require(1 <= lp <= config.logical_pages, "OverwriteKnobs", "logical_pages", lp,
             f"must be in [1, config.logical_pages = {config.logical_pages}]")
@@ -162,7 +162,10 @@ def step(state: OverwriteState, seed, stream_id, knobs: OverwriteKnobs, config: 
 
     # The host waits (this chunk programs nothing) while GC has not freed room for the chunk,
     # as a real FTL throttles writes; it happens after the sequential fill, when victims are full.
-    go = free_post >= config.chunk_pages + k  # keep room to migrate one full victim next time
+    # Room for the chunk plus one full victim's migration next time, and a pool GC has refilled to
+    # its target: a host that writes as soon as a chunk fits keeps the pool too small for GC batches.
+    pool_post = gc.free_blocks(st) * k
+    go = (free_post >= config.chunk_pages + k) & (pool_post >= target)
     lp = draw_logical(seed, stream_id, state.chunk, knobs, config)
     last, first = _last_and_first(lp)
     last, first = last & go, first & go
