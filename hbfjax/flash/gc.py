@@ -306,6 +306,25 @@ def collect(state: BlockState, rounds: int, target_free_pages, seed, stream_id, 
     return state, carry
 
 
+def block_counters(st: BlockState) -> dict:
+    """Cumulative counters every workload reports (int32 scalars)."""
+    return {"host_writes": st.host_pages, "migrated_pages": st.migrated_pages, "gc_invocations": st.gc_invocations,
+            "erases": st.erases.sum()}
+
+
+def warm_then_measure(state, roll, counters, warm_steps: int, measure_steps: int):
+    """Run ``roll(state, n, measure)`` for the warm-up, then for the measured part.
+
+    ``state.blocks`` must be a ``BlockState``. Returns (final state, counters at the end of the
+    warm-up, measured deltas of ``counters``, erase summary of the measured part).
+    """
+    state = roll(state, warm_steps, False)
+    before, erases0 = counters(state), state.blocks.erases
+    state = roll(state, measure_steps, True)
+    after = counters(state)
+    return state, before, {k: after[k] - before[k] for k in after}, erase_summary(state.blocks.erases - erases0)
+
+
 def erase_summary(e: jax.Array) -> dict:
     """Erases per block int32[B] -> mean, max, spread (max − min)."""
     return {"erases_per_block_mean": e.mean(), "erases_per_block_max": e.max(),

@@ -193,22 +193,14 @@ def rollout(state: OverwriteState, seed, stream_id, knobs, config: OverwriteConf
 
 
 def counters(state: OverwriteState) -> dict:
-    st = state.blocks
-    return {"host_writes": st.host_pages, "migrated_pages": st.migrated_pages, "gc_invocations": st.gc_invocations,
-            "erases": st.erases.sum(), "stalled_chunks": state.stalled_chunks}
+    return {**gc.block_counters(state.blocks), "stalled_chunks": state.stalled_chunks}
 
 
 def simulate(stream_id, seed, knobs: OverwriteKnobs, config: OverwriteConfig) -> dict:
     """One stream (for ``hbfjax.batch.run``): fill, warm up, measure; counters over the measured part."""
-    state = filled_state(config, knobs.logical_pages)
-    state = rollout(state, seed, stream_id, knobs, config, config.warmup_chunks, measure=False)
-    before = counters(state)
-    erases0 = state.blocks.erases
-    state = rollout(state, seed, stream_id, knobs, config, config.measure_chunks, measure=True)
-    after = counters(state)
-    d = {key: after[key] - before[key] for key in after}
-    st = state.blocks
-    mean_free = state.free_pages_sum / config.measure_chunks
+    roll = lambda s, n, m: rollout(s, seed, stream_id, knobs, config, n, m)  # noqa: E731
+    state, before, d, erases = gc.warm_then_measure(filled_state(config, knobs.logical_pages), roll, counters,
+                                                    config.warmup_chunks, config.measure_chunks)
     return {**d, "warmup_host_writes": before["host_writes"] + knobs.logical_pages,
-            "mean_free_pages": mean_free, "overflow": st.overflow,
-            **gc.erase_summary(st.erases - erases0)}
+            "mean_free_pages": state.free_pages_sum / config.measure_chunks, "overflow": state.blocks.overflow,
+            **erases}

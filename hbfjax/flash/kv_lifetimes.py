@@ -306,25 +306,19 @@ def rollout(state: KvState, seed, stream_id, knobs, config: KvConfig, n_ticks: i
 
 
 def _counters(state: KvState) -> dict:
-    st = state.blocks
-    return {"host_writes": st.host_pages, "migrated_pages": st.migrated_pages, "gc_invocations": st.gc_invocations,
-            "erases": st.erases.sum(), "evicted_requests": state.evicted, "admitted_requests": state.admitted,
-            "stalled_ticks": state.stalled}
+    return {**gc.block_counters(state.blocks), "evicted_requests": state.evicted,
+            "admitted_requests": state.admitted, "stalled_ticks": state.stalled}
 
 
 def simulate(stream_id, seed, knobs: KvKnobs, config: KvConfig) -> dict:
     """One stream (for ``hbfjax.batch.run``): warm-up ticks, then measured ticks (counters are deltas)."""
-    state = init_state(config)
-    state = rollout(state, seed, stream_id, knobs, config, config.warmup_ticks, measure=False)
-    before, erases0 = _counters(state), state.blocks.erases
-    state = rollout(state, seed, stream_id, knobs, config, config.measure_ticks, measure=True)
-    after = _counters(state)
+    roll = lambda s, n, m: rollout(s, seed, stream_id, knobs, config, n, m)  # noqa: E731
+    state, before, d, erases = gc.warm_then_measure(init_state(config), roll, _counters, config.warmup_ticks,
+                                                    config.measure_ticks)
     n = jnp.float32(config.measure_ticks)
-    return {**{key: after[key] - before[key] for key in after},
-            "warmup_host_writes": before["host_writes"] + config.weight_pages,
+    return {**d, "warmup_host_writes": before["host_writes"] + config.weight_pages,
             "moved_weight_pages": state.moved_weight_pages, "overflow": state.blocks.overflow,
-            "mean_free_pages": state.free_pages_sum / n, "mean_valid_pages": state.valid_pages_sum / n,
-            **gc.erase_summary(state.blocks.erases - erases0)}
+            "mean_free_pages": state.free_pages_sum / n, "mean_valid_pages": state.valid_pages_sum / n, **erases}
 
 
 def trace_requests(trace, config: KvConfig, fill: float = 0.8, tpot_s: float = 0.05,
