@@ -132,15 +132,17 @@ def draw_logical(seed, stream_id, chunk, knobs: OverwriteKnobs, config: Overwrit
 
 
 def _last_and_first(lp: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """bool[n] masks: entry is the last / first occurrence of its value within the batch."""
+    """bool[n] masks: entry is the last / first occurrence of its value within the batch.
+
+    All-pairs comparison (n² booleans, n = chunk): on XLA CPU a sort here made every scatter fed
+    by its result far slower than this (see ``gc.smallest``).
+    """
     n = lp.shape[0]
-    order = jnp.argsort(lp, stable=True)
-    s = lp[order]
-    last_sorted = jnp.concatenate([s[1:] != s[:-1], jnp.array([True])])
-    first_sorted = jnp.concatenate([jnp.array([True]), s[1:] != s[:-1]])
-    last = jnp.zeros(n, bool).at[order].set(last_sorted)
-    first = jnp.zeros(n, bool).at[order].set(first_sorted)
-    return last, first
+    same = lp[:, None] == lp[None, :]
+    i = jnp.arange(n)
+    later = same & (i[None, :] > i[:, None])
+    earlier = same & (i[None, :] < i[:, None])
+    return ~later.any(axis=1), ~earlier.any(axis=1)
 
 
 def _remap(l2p, moved, k):
