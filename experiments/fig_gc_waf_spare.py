@@ -44,7 +44,7 @@ def _compute(streams: int, seed: int) -> pd.DataFrame:
 def run(ctx: Context) -> list[Comparison]:
     import matplotlib.pyplot as plt
 
-    streams = max(4, ctx.streams // 32)  # 256 → 8 streams per point: ≈ 1 minute on a 2-core CPU
+    streams = max(4, ctx.streams // 16)  # 256 → 16 streams per point: ≈ 1 minute on a 2-core CPU
     table = cached_table(ctx, "gc_waf_spare", {"spares": list(SPARES), "blocks": BLOCKS, "pages": PAGES},
                          lambda: _compute(streams, ctx.seed))
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
