@@ -17,6 +17,7 @@ result is independent of how many devices share the batch (padding streams are c
 from __future__ import annotations
 
 import functools
+import math
 import sys
 import time
 from typing import Any, Callable
@@ -30,17 +31,30 @@ StreamFn = Callable[[jax.Array, jax.Array, Any, Any], Any]
 
 
 @functools.cache
-def _batched(fn: StreamFn, knob_axis: bool):
+def _batched(fn: StreamFn, knob_axis: bool, map_streams: int | None):
     per_stream = fn
     if knob_axis:
         per_stream = jax.vmap(fn, in_axes=(None, None, 0, None))  # knob points, shared stream draws
     over_streams = jax.vmap(per_stream, in_axes=(0, None, None, None))
-    return jax.jit(over_streams, static_argnums=3)
+    if not map_streams:
+        return jax.jit(over_streams, static_argnums=3)
+
+    def mapped(ids, seed, knobs, config):
+        chunks = ids.reshape(-1, map_streams)
+        out = jax.lax.map(lambda chunk: over_streams(chunk, seed, knobs, config), chunks)
+        return jax.tree_util.tree_map(lambda a: a.reshape((-1,) + a.shape[2:]), out)
+
+    return jax.jit(mapped, static_argnums=3)
 
 
-def compiled(fn: StreamFn, knob_axis: bool = False):
-    """The jitted batched function for ``fn``: ``(stream_ids[S], seed, knobs, config) -> outputs[S, ...]``."""
-    return _batched(fn, knob_axis)
+def compiled(fn: StreamFn, knob_axis: bool = False, map_streams: int | None = None):
+    """The jitted batched function for ``fn``: ``(stream_ids[S], seed, knobs, config) -> outputs[S, ...]``.
+
+    With ``map_streams`` the streams are vmapped ``map_streams`` at a time inside one ``lax.map``
+    (S must then be a multiple of it): on a CPU this keeps each chunk's working arrays in cache
+    (2× faster for plane counting), on a GPU leave it ``None`` so all streams run at once.
+    """
+    return _batched(fn, knob_axis, map_streams)
 
 
 def stream_mesh() -> Mesh:
@@ -48,10 +62,12 @@ def stream_mesh() -> Mesh:
     return Mesh(np.array(jax.devices()), ("streams",))
 
 
-def stream_ids(first: int, count: int) -> jax.Array:
-    """int32 stream ids ``first … first+count−1``, padded to a multiple of the device count and sharded."""
+def stream_ids(first: int, count: int, multiple: int = 1) -> jax.Array:
+    """int32 stream ids ``first … first+count−1``, padded to a multiple of the device count (and of
+    ``multiple``) and sharded over the devices."""
     n_dev = jax.device_count()
-    padded = -(-count // n_dev) * n_dev
+    step = n_dev * multiple // math.gcd(n_dev, multiple)
+    padded = -(-count // step) * step
     ids = np.arange(first, first + padded, dtype=np.int32)
     if n_dev == 1:
         return jnp.asarray(ids)
@@ -59,22 +75,23 @@ def stream_ids(first: int, count: int) -> jax.Array:
 
 
 def run(fn: StreamFn, n_streams: int, seed: int, knobs, config, *, knob_axis: bool = False,
-        chunk_streams: int | None = None, progress: bool = False) -> Any:
+        chunk_streams: int | None = None, map_streams: int | None = None, progress: bool = False) -> Any:
     """Simulate ``n_streams`` streams and return the outputs as NumPy arrays with a leading stream axis.
 
     ``chunk_streams`` bounds device memory: streams are simulated in chunks of that size (the last
     chunk is padded so every chunk has the same shape and one compilation serves all). With
-    ``progress`` a line per chunk goes to stderr.
+    ``progress`` a line per chunk goes to stderr. ``map_streams``: see :func:`compiled`.
     """
     if n_streams < 1:
         raise ValueError(f"n_streams = {n_streams}: need at least one stream")
     chunk = n_streams if chunk_streams is None else max(1, min(chunk_streams, n_streams))
-    batched = compiled(fn, knob_axis)
+    map_streams = min(map_streams, chunk) if map_streams else None
+    batched = compiled(fn, knob_axis, map_streams)
     seed_u32 = jnp.uint32(seed % (1 << 32))
     pieces = []
     t0 = time.perf_counter()
     for first in range(0, n_streams, chunk):
-        out = batched(stream_ids(first, chunk), seed_u32, knobs, config)
+        out = batched(stream_ids(first, chunk, map_streams or 1), seed_u32, knobs, config)
         take = min(chunk, n_streams - first)
         pieces.append(jax.tree_util.tree_map(lambda a, take=take: np.asarray(a)[:take], out))
         if progress:
@@ -84,6 +101,11 @@ def run(fn: StreamFn, n_streams: int, seed: int, knobs, config, *, knob_axis: bo
     if len(pieces) == 1:
         return pieces[0]
     return jax.tree_util.tree_map(lambda *xs: np.concatenate(xs, axis=0), *pieces)
+
+
+def cpu_map_streams(streams_per_chunk: int = 256) -> int | None:
+    """A ``map_streams`` for the current backend: ``streams_per_chunk`` on a CPU, ``None`` elsewhere."""
+    return streams_per_chunk if jax.devices()[0].platform == "cpu" else None
 
 
 def stack_knobs(points: list) -> Any:

@@ -156,3 +156,12 @@ def test_histogram_offload_level_equals_the_sorted_one():
         by_hist = c.offload_hot_planes(loads, jnp.float32(f), load_bound=int(loads.max()) + 3)
         np.testing.assert_array_equal(by_sort[0], by_hist[0])
         assert int(by_sort[1]) == int(by_hist[1])
+
+
+def test_mapping_streams_in_chunks_changes_nothing():
+    config = c.ReadConfig(planes=256, max_pages=300, placement="random")
+    knobs = c.ReadKnobs(jnp.int32(300), c.placement_knobs(offload_fraction=0.05))
+    whole = batch.run(c.simulate_read, 50, 8, knobs, config)
+    mapped = batch.run(c.simulate_read, 50, 8, knobs, config, map_streams=16)
+    for key in whole:
+        np.testing.assert_array_equal(whole[key], mapped[key])

@@ -126,7 +126,8 @@ def _run_read(args, planes, block, group, spec, page_bytes) -> int:
                                 offload=args.offload_fraction > 0)
     knobs = collide.ReadKnobs(pages=jnp.int32(args.pages), placement=collide.placement_knobs(
         group, args.pages_per_logical, block, args.offload_fraction))
-    out = batch.run(collide.simulate_read, args.streams, args.seed, knobs, config, chunk_streams=args.chunk_streams)
+    out = batch.run(collide.simulate_read, args.streams, args.seed, knobs, config, chunk_streams=args.chunk_streams,
+                    map_streams=batch.cpu_map_streams())
     s = _summary(out, ("waves", "amplification", "max_to_avg_load", "offloaded_pages", "read_time_us"))
     emit({"workload": "read", "planes": planes, "pages": args.pages, "streams": args.streams, "seed": args.seed,
           "placement": args.placement, "group_size": group, "pages_per_logical": args.pages_per_logical,
