@@ -142,5 +142,8 @@ def test_cli_json_has_the_issue_keys_and_rejects_bad_values(capsys):
                 "gc_invocations", "effective_spare_factor", "overflow", "warmup_host_writes", "lifetime_years"):
         assert key in out, key
     assert out["waf"] >= 1.0 and out["overflow"] is False and out["lifetime_dash"]["A_W_waf"] == out["waf"]
-    with pytest.raises(SystemExit, match="spare-factor = 1.2: must be in"):
-        main(["gc", "--spare-factor", "1.2"])
+    capsys.readouterr()
+    assert main(["gc", "--spare-factor", "1.2"]) == 2
+    assert "--spare-factor = 1.2: must be in (0, 1)" in capsys.readouterr().err
+    assert main(["gc", "--blocks", "2"]) == 2
+    assert "BlockConfig.n_blocks = 2: need at least 4 blocks" in capsys.readouterr().err

@@ -8,8 +8,8 @@ import math
 from hbfjax import batch
 from hbfjax.commands._common import add_common_args, emit
 from hbfjax.flash import endurance, gc_analytic, gc_overwrite, kv_lifetimes
-from hbfjax.flash.gc import BlockConfig, GcConfigError, summarize
-from hbfjax.hardware import SpecError, preset
+from hbfjax.flash.gc import BlockConfig, summarize
+from hbfjax.hardware import preset
 
 TB = 1e12
 
@@ -108,17 +108,16 @@ def _kv(args, streams):
 
 def main(args) -> int:
     if not 0.0 < args.spare_factor < 1.0:
-        raise SystemExit(f"hbfjax gc: --spare-factor = {args.spare_factor}: must be in (0, 1)")
+        raise ValueError(f"--spare-factor = {args.spare_factor}: must be in (0, 1)")
     if args.streams < 1:
-        raise SystemExit(f"hbfjax gc: --streams = {args.streams}: must be >= 1")
+        raise ValueError(f"--streams = {args.streams}: must be >= 1")
     for name in ("drive_writes", "daily_write_tb"):
         if not getattr(args, name) > 0:
-            raise SystemExit(f"hbfjax gc: --{name.replace('_', '-')} = {getattr(args, name)}: must be > 0")
-    try:
-        hbf = preset(args.preset).hbf
-        res, blocks = _kv(args, args.streams) if args.workload == "kv" else _overwrite(args, args.streams)
-    except (GcConfigError, SpecError, ValueError) as err:
-        raise SystemExit(f"hbfjax gc: {err}") from None
+            raise ValueError(f"--{name.replace('_', '-')} = {getattr(args, name)}: must be > 0")
+    # configuration errors (GcConfigError, SpecError: both ValueErrors) reach hbfjax.cli, which
+    # prints them and exits with status 2 like every subcommand
+    hbf = preset(args.preset).hbf
+    res, blocks = _kv(args, args.streams) if args.workload == "kv" else _overwrite(args, args.streams)
     res["migrated_bytes"] = res["migrated_pages"] * hbf.page_bytes
     # Migrated pages are programs: plane-busy time at tPROG each, and as full page waves.
     res["migration_plane_time_us"] = res["migrated_pages"] * hbf.t_prog_us
