@@ -165,3 +165,9 @@ def test_mapping_streams_in_chunks_changes_nothing():
     mapped = batch.run(c.simulate_read, 50, 8, knobs, config, map_streams=16)
     for key in whole:
         np.testing.assert_array_equal(whole[key], mapped[key])
+
+
+def test_flat_counter_refuses_int32_index_overflow():
+    counts = jax.vmap(lambda p: c.plane_loads(p, jnp.ones_like(p), 2**20))
+    with pytest.raises(ValueError, match="exceed int32 indexing"):
+        jax.eval_shape(counts, jax.ShapeDtypeStruct((2**11, 4), jnp.int32))

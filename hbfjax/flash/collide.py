@@ -127,6 +127,9 @@ def _plane_loads_fn(planes: int):
             plane = jnp.broadcast_to(plane, (axis_size,) + plane.shape)
         if not weight_batched:
             weight = jnp.broadcast_to(weight, (axis_size,) + weight.shape)
+        if axis_size * planes >= 2**31:
+            raise ValueError(f"{axis_size} batched counters × {planes} bins exceed int32 indexing; "
+                             "simulate fewer streams at once (--chunk-streams)")
         offset = (jnp.arange(axis_size, dtype=jnp.int32) * planes).reshape((axis_size,) + (1,) * (plane.ndim - 1))
         flat = _plane_loads_fn(axis_size * planes)(plane + offset, weight)
         return flat.reshape(axis_size, planes), True
