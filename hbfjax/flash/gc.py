@@ -224,15 +224,47 @@ def victim_score(state: BlockState, seed: jax.Array, stream_id: jax.Array, confi
     return jnp.where(candidate, jnp.minimum(score, _INT_MAX - 1), _INT_MAX)
 
 
-def smallest(score: jax.Array, g: int) -> tuple[jax.Array, jax.Array]:
+def _tree_min(x: jax.Array) -> jax.Array:
+    """Minimum over the last axis as a halving tree of elementwise ``jnp.minimum`` (XLA CPU
+    vectorises these; its integer min/argmin *reductions* run several times slower)."""
+    n = x.shape[-1]
+    while n > 1:
+        h = n // 2
+        lo = jnp.minimum(x[..., :h], x[..., h:2 * h])
+        x = jnp.concatenate([lo, x[..., 2 * h:]], axis=-1) if n % 2 else lo
+        n = x.shape[-1]
+    return x[..., 0]
+
+
+def smallest(score: jax.Array, g: int, max_score: int | None = None) -> tuple[jax.Array, jax.Array]:
     """(indices, values) of the g smallest entries of int32 ``score``, ascending, ties by index.
 
-    g masked argmin passes. Deliberately not ``lax.top_k``/sort: on XLA CPU (jax 0.10) anything
-    that depends on a sort's output made the following batched scatters ~20× slower.
+    Exactly g masked argmin passes (an entry taken is set to INT_MAX; once only INT_MAX is left,
+    each pass yields index 0), each written as elementwise ops and tree minima, no scatter.
+    With ``max_score`` (every entry is in [0, max_score] or INT_MAX, e.g. greedy valid counts)
+    each pass is one minimum of the packed key score·B + index, which orders as (score, index).
+    Deliberately not ``lax.top_k``/sort: on XLA CPU (jax 0.10) anything that depends on a sort's
+    output made the following batched scatters ~20× slower.
     """
+    b = score.shape[-1]
+    iota = jnp.arange(b, dtype=jnp.int32)
+    if max_score is not None and (max_score + 2) * b <= _INT_MAX:
+        top = (max_score + 1) * b  # INT_MAX entries pack as max_score + 1 (after every real score)
+        key = jnp.where(score == _INT_MAX, top, score * b) + iota
+
+        def body(k, _):
+            m = _tree_min(k)
+            return jnp.where(k == m, _INT_MAX, k), m
+
+        _, mins = jax.lax.scan(body, key, None, length=g)
+        real = mins < top
+        return jnp.where(real, mins % b, 0), jnp.where(real, mins // b, _INT_MAX)
+
     def body(sc, _):
-        i = jnp.argmin(sc).astype(jnp.int32)
-        return sc.at[i].set(_INT_MAX), (i, sc[i])
+        m = _tree_min(sc)
+        i = _tree_min(jnp.where(sc == m, iota, b))
+        i = jnp.where(i == b, 0, i)  # unreachable (m is an entry), kept for argmin's index range
+        return jnp.where(iota == i, _INT_MAX, sc), (i, m)
 
     _, (idx, val) = jax.lax.scan(body, score, None, length=g)
     return idx, val
@@ -250,7 +282,8 @@ def reclaim(state: BlockState, target_free_pages: jax.Array, seed: jax.Array, st
     """
     k = config.pages_per_block
     score = victim_score(state, seed, stream_id, config)
-    victims, best = smallest(score, config.victims_per_gc)
+    victims, best = smallest(score, config.victims_per_gc,
+                             config.pages_per_block if config.victim == "greedy" else None)
     cand = best < _INT_MAX
     # Full blocks stay candidates (a random or FIFO victim may be full: that is the policy modelled).
     v = jnp.where(cand, state.valid[victims], 0)
