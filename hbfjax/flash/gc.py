@@ -224,9 +224,17 @@ def victim_score(state: BlockState, seed: jax.Array, stream_id: jax.Array, confi
     return jnp.where(candidate, jnp.minimum(score, _INT_MAX - 1), _INT_MAX)
 
 
+def on_cpu() -> bool:
+    """True when arrays are placed on the CPU backend (picks among bit-identical formulations)."""
+    return jax.default_backend() == "cpu"
+
+
 def _tree_min(x: jax.Array) -> jax.Array:
-    """Minimum over the last axis as a halving tree of elementwise ``jnp.minimum`` (XLA CPU
-    vectorises these; its integer min/argmin *reductions* run several times slower)."""
+    """Minimum over the last axis. On a CPU as a halving tree of elementwise ``jnp.minimum`` (XLA CPU
+    vectorises these; its integer min/argmin *reductions* run several times slower); elsewhere one
+    reduction (a GPU reduces in one kernel, while the tree costs a launch per level in a scan)."""
+    if not on_cpu():
+        return jnp.min(x, axis=-1)
     n = x.shape[-1]
     while n > 1:
         h = n // 2

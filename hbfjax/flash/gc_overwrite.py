@@ -135,8 +135,8 @@ def _last_and_first(lp: jax.Array) -> tuple[jax.Array, jax.Array]:
     """bool[n] masks: entry is the last / first occurrence of its value within the batch.
 
     All-pairs comparison (n² booleans, n = chunk): on XLA CPU a sort here made every scatter fed
-    by its result far slower than this (see ``gc.smallest``). ``step`` uses the O(n) form
-    ``_last_and_first_in``, which gives the same masks.
+    by its result far slower than this (see ``gc.smallest``). On a CPU ``step`` uses the O(n)
+    form ``_last_and_first_in``, which gives the same masks; on a GPU this one.
     """
     n = lp.shape[0]
     same = lp[:, None] == lp[None, :]
@@ -191,7 +191,10 @@ def step(state: OverwriteState, seed, stream_id, knobs: OverwriteKnobs, config: 
     pool_post = gc.free_blocks(st) * k
     go = (free_post >= config.chunk_pages + k) & (pool_post >= target)
     lp = draw_logical(seed, stream_id, state.chunk, knobs, config)
-    last, first, l2p = _last_and_first_in(lp, l2p)
+    if gc.on_cpu():
+        last, first, l2p = _last_and_first_in(lp, l2p)
+    else:  # on a GPU the scatters into the map copy the whole map; n² compares of one chunk are cheap
+        last, first = _last_and_first(lp)
     last, first = last & go, first & go
     old = l2p[lp]
     old_blk = jnp.where(first, old // k, bc.n_blocks)
