@@ -10,6 +10,7 @@ import numpy as np
 from hbfjax import batch, traces
 from hbfjax.commands._common import add_common_args, add_preset_arg, emit, preset_or_none
 from hbfjax.flash import collide, workingset
+from hbfjax.hardware import preset
 from hbfjax.stats import mean_ci95
 
 HELP = "plane collisions of HBF reads: waves, amplification, hot-plane offload"
@@ -38,7 +39,7 @@ def register(subparsers) -> None:
                    help="one read of --pages pages, or attention over a working set (default read)")
     add_preset_arg(p)
     p.add_argument("--planes", type=int, default=None,
-                   help="independent planes (bins); default: the preset's parallel units, else 3072")
+                   help="independent planes (bins); default: the preset's parallel units (hbflex: 3072)")
     p.add_argument("--pages", type=int, default=3072, help="physical pages in the read (read workload; default "
                    "3072 = one 12 MiB read of 4 KiB pages)")
     p.add_argument("--placement", choices=list(collide.PLACEMENTS), default="random")
@@ -74,9 +75,10 @@ def register(subparsers) -> None:
 
 
 def _planes_and_block(args) -> tuple[int, int, object]:
-    spec = preset_or_none(args.preset)
-    planes = args.planes or (spec.hbf.parallel_units if spec else 3072)
-    block = args.pages_per_block or (spec.hbf.pages_per_block if spec else 512)
+    # without --preset the HBFlex package supplies what the flags leave open (3,072 planes, tR 4 µs, ...)
+    spec = preset_or_none(args.preset) or preset("hbflex")
+    planes = args.planes or spec.hbf.parallel_units
+    block = args.pages_per_block or spec.hbf.pages_per_block
     if planes < 1:
         raise ValueError(f"--planes = {planes}: must be >= 1")
     return planes, block, spec
@@ -111,7 +113,7 @@ def run(args) -> int:
     collide.check_group_size(planes, group)
     if not 0.0 <= args.offload_fraction < 1.0:
         raise ValueError(f"--offload-fraction = {args.offload_fraction}: must be in [0, 1)")
-    page_bytes = spec.hbf.page_bytes if spec else 4096
+    page_bytes = spec.hbf.page_bytes
     if args.workload == "read":
         return _run_read(args, planes, block, group, spec, page_bytes)
     return _run_attention(args, planes, block, group, page_bytes)
@@ -121,8 +123,7 @@ def _run_read(args, planes, block, group, spec, page_bytes) -> int:
     if args.pages < 1:
         raise ValueError(f"--pages = {args.pages}: must be >= 1")
     config = collide.ReadConfig(planes=planes, max_pages=args.pages, placement=args.placement, page_bytes=page_bytes,
-                                t_read_us=spec.hbf.t_read_us if spec else 4.0,
-                                read_bw_gbps=spec.hbf.read_bw_gbps if spec else 2928.0,
+                                t_read_us=spec.hbf.t_read_us, read_bw_gbps=spec.hbf.read_bw_gbps,
                                 offload=args.offload_fraction > 0)
     knobs = collide.ReadKnobs(pages=jnp.int32(args.pages), placement=collide.placement_knobs(
         group, args.pages_per_logical, block, args.offload_fraction))
