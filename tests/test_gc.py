@@ -40,6 +40,27 @@ def test_block_reclaimed_by_hand_in_a_tiny_device():
     assert counts == {"valid": 5, "stale": 0, "free": 11, "physical": 16}
 
 
+def test_one_free_block_lets_a_round_reuse_its_own_victims():
+    # 4 blocks × 4 pages; tags 0..11 fill blocks 0, 1, 2 (block 2 open and full); block 3 is the only
+    # free block. By hand, blocks 0 and 1 keep 3 valid pages each. A sequential FTL erases block 0
+    # after moving its pages into block 3, then moves block 1's pages into block 3 and the erased
+    # block 0: one round with one free block takes both victims (one class, ``reclaim``'s rule).
+    bc = gc.BlockConfig(n_blocks=4, pages_per_block=4, victim="greedy", victims_per_gc=2)
+    st = gc.init_state(bc)
+    tags = jnp.arange(12, dtype=jnp.int32)
+    st, _, _ = append(st, tags, jnp.zeros_like(tags), jnp.ones(12, bool), bc)
+    st = dataclasses.replace(st, owner=st.owner.at[0, 0].set(-1).at[1, 0].set(-1), valid=st.valid.at[:2].set(3))
+    st, (owners, dblk, dpage, mask) = reclaim(st, jnp.int32(16), SEED, STREAM, bc)
+    moved = [(int(o), int(b), int(p)) for o, b, p, m in zip(owners, dblk, dpage, mask) if m]
+    assert moved == [(1, 3, 0), (2, 3, 1), (3, 3, 2), (5, 3, 3), (6, 0, 0), (7, 0, 1)]
+    assert st.valid.tolist() == [2, 0, 4, 4] and st.erases.tolist() == [1, 1, 0, 0]
+    assert st.status.tolist() == [gc.OPEN, gc.FREE, gc.CLOSED, gc.CLOSED]
+    assert [int(st.ring[i % 4]) for i in range(int(st.head), int(st.tail))] == [1]
+    assert int(st.migrated_pages) == 6 and int(st.gc_invocations) == 1
+    counts = {k: int(v) for k, v in gc.page_counts(st, bc).items()}
+    assert counts == {"valid": 10, "stale": 0, "free": 6, "physical": 16}
+
+
 def test_reclaim_below_target_does_nothing():
     bc = gc.BlockConfig(n_blocks=4, pages_per_block=4, victims_per_gc=2)
     st = gc.init_state(bc)
@@ -85,6 +106,18 @@ def test_duplicate_writes_within_a_chunk_keep_only_the_last_copy():
     last, first = ow._last_and_first(lp)
     assert last.tolist() == [False, False, False, True, True, True]
     assert first.tolist() == [True, True, False, True, False, False]
+
+
+def test_in_map_duplicate_masks_equal_the_pairwise_ones_and_leave_the_map_unchanged():
+    rs = np.random.default_rng(5)
+    fn = jax.jit(ow._last_and_first_in)
+    for n, size in ((6, 8), (64, 40), (256, 1000)):
+        lp = jnp.asarray(rs.integers(0, size, n), jnp.int32)
+        l2p = jnp.asarray(rs.integers(-1, 10_000, size), jnp.int32)
+        last, first, old, back = fn(lp, l2p)
+        want_last, want_first = ow._last_and_first(lp)
+        assert last.tolist() == want_last.tolist() and first.tolist() == want_first.tolist()
+        assert old.tolist() == l2p[lp].tolist() and back.tolist() == l2p.tolist()
 
 
 SMALL = ow.OverwriteConfig(blocks=gc.BlockConfig(n_blocks=16, pages_per_block=8, victim="random", victims_per_gc=4),

@@ -22,7 +22,7 @@ from hbfjax.flash.gc_reference import overwrite_waf
 
 SPARE = 0.15
 PAGES = 64
-CHUNK = 4 * PAGES  # host writes per scan step: one amortised GC phase (2 rounds × 16 victims) each
+CHUNK = 4 * PAGES  # host writes per scan step: one amortised GC round (up to 16 victims) each
 MEASURE_CHUNKS = 32
 MAP_STREAMS_CPU = 8  # streams per lax.map step on a CPU: ~0.5 MB of block array and l2p map each
 
@@ -41,7 +41,7 @@ def run(scale: float) -> list[dict]:
     logical = int(round((1 - SPARE) * bc.physical_pages))
     warm_chunks = 2 * logical // CHUNK  # two drive writes: past the post-fill transient
     cfg = ow.OverwriteConfig(blocks=bc, logical_pages=logical, chunk_pages=CHUNK, warmup_chunks=0,
-                             measure_chunks=MEASURE_CHUNKS, gc_rounds=2)
+                             measure_chunks=MEASURE_CHUNKS, gc_rounds=1)
     knobs = ow.default_knobs(cfg)
     seed = jnp.uint32(0)
     ids = batch.stream_ids(0, streams)

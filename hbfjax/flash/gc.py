@@ -135,6 +135,9 @@ def page_counts(state: BlockState, config: BlockConfig) -> dict:
 
 def _within_class_index(cls: jax.Array, write: jax.Array, n_classes: int):
     """(index of each written page within its class, pages per class) — order of appearance."""
+    if n_classes == 1:  # one running count: no one-hot, no gather
+        csum = jnp.cumsum(write.astype(jnp.int32))
+        return csum - 1, csum[-1:]
     onehot = ((cls[:, None] == jnp.arange(n_classes)[None, :]) & write[:, None]).astype(jnp.int32)
     csum = jnp.cumsum(onehot, axis=0)
     idx = jnp.take_along_axis(csum, jnp.clip(cls, 0, n_classes - 1)[:, None], axis=1)[:, 0] - 1
@@ -166,7 +169,8 @@ def append(state: BlockState, owner: jax.Array, cls: jax.Array, write: jax.Array
     blk = jnp.where(q == 0, state.open_block[cls_c], state.ring[ring_pos])
     blk = jnp.where(write, blk, b)  # out of range: dropped by the scatters below
 
-    owner_arr = state.owner.at[blk, off].set(jnp.where(write, owner, -1), mode="drop")
+    # Flat page index blk·K + off: a 1-D scatter (no [n, 2] index array); blk = B lands past the end.
+    owner_arr = state.owner.reshape(-1).at[blk * k + off].set(jnp.where(write, owner, -1), mode="drop").reshape(b, k)
     valid = state.valid.at[blk].add((write & (owner >= 0)).astype(jnp.int32), mode="drop")
 
     # Blocks opened in this call: slot t is ring position head + t, class = first c with cum > t.
@@ -222,6 +226,16 @@ def victim_score(state: BlockState, seed: jax.Array, stream_id: jax.Array, confi
         score = (h >> 1).astype(jnp.int32)
     candidate = (state.status == CLOSED) & (state.block_class != config.protected_class)
     return jnp.where(candidate, jnp.minimum(score, _INT_MAX - 1), _INT_MAX)
+
+
+def after_read(x: jax.Array, read: jax.Array) -> jax.Array:
+    """``x`` unchanged, made data-dependent on ``read`` (values read from an array, all > INT32_MIN).
+
+    An in-place scatter into an array that was read before must wait for the read; when the
+    scatter's values do not depend on that read, XLA (jax 0.10) copies the whole array instead of
+    ordering the two. Feeding the read into the values orders them: no copy.
+    """
+    return jnp.where(read == jnp.iinfo(jnp.int32).min, 0, x)
 
 
 def on_cpu() -> bool:
@@ -284,9 +298,15 @@ def reclaim(state: BlockState, target_free_pages: jax.Array, seed: jax.Array, st
 
     Picks the g = ``victims_per_gc`` best candidates (``smallest``), keeps the prefix whose
     reclaimed pages are still needed, programs their valid pages into the open block of the class
-    each victim block had (GC-moved pages keep their lifetime label, HBFlex §5.4), then erases the
+    each victim block had (GC-moved pages keep their lifetime label, HBFlex §5.4) and erases the
     victims onto the tail of the free ring. A target at or below the pool's size reclaims nothing.
     Returns (state, moved) where ``moved`` = (owner int32[g·K], dest_block, dest_page, mask bool[g·K]).
+
+    With one allocation class a victim is erased as soon as its pages are read, as a sequential
+    FTL does, so later victims' pages may land in earlier victims' blocks: victim j's pages need at
+    most j + 1 new blocks and j blocks come back before it, so one free block lets all g run in one
+    round. With several classes each class's pages are appended in class order, not victim order,
+    so the round migrates into today's free pages first and erases after.
     """
     k = config.pages_per_block
     score = victim_score(state, seed, stream_id, config)
@@ -297,16 +317,14 @@ def reclaim(state: BlockState, target_free_pages: jax.Array, seed: jax.Array, st
     v = jnp.where(cand, state.valid[victims], 0)
     gain = jnp.where(cand, k - v, 0)
     before = free_blocks(state) * k + jnp.cumsum(gain) - gain
-    # Victims are erased after the batch's migration, so the batch must fit in today's free pages.
-    # Victim j is taken if the earlier ones plus a *full* block fit: a rule that does not look at
-    # v_j itself, so it cannot bias which victims are taken (random victim stays uniform).
-    # One class fills its open block first; with C classes each may also round up to a new block.
+    # Which victims are taken must not look at v_j itself, so it cannot bias the choice (a random
+    # victim stays uniform): the rules below assume every victim is full.
     c = config.n_classes
-    earlier = jnp.cumsum(v) - v
     if c == 1:
-        fits = earlier + k <= free_pages(state, config)
-    else:
+        fits = free_blocks(state) >= 1
+    else:  # victim j is taken if the earlier ones plus a full block fit, each class rounding up a block
         j = jnp.arange(config.victims_per_gc, dtype=jnp.int32)
+        earlier = jnp.cumsum(v) - v
         fits = earlier + k + k * jnp.minimum(j + 1, c) <= free_blocks(state) * k
     take = cand & (before < target_free_pages) & fits
 
@@ -314,26 +332,37 @@ def reclaim(state: BlockState, target_free_pages: jax.Array, seed: jax.Array, st
     move = take[:, None] & (pages >= 0)
     cls = jnp.broadcast_to(state.block_class[victims][:, None], pages.shape)
     owners, move_flat = pages.reshape(-1), move.reshape(-1)
-    state, dest_blk, dest_page = append(state, owners, cls.reshape(-1), move_flat, config)
+    if c == 1:
+        state = _erase(state, victims, take, pages, config)
+        state, dest_blk, dest_page = append(state, owners, cls.reshape(-1), move_flat, config)
+    else:
+        state, dest_blk, dest_page = append(state, owners, cls.reshape(-1), move_flat, config)
+        state = _erase(state, victims, take, pages, config)
+    state = dataclasses.replace(state, migrated_pages=state.migrated_pages + move_flat.sum().astype(jnp.int32),
+                                gc_calls=state.gc_calls + 1)
+    return state, (owners, dest_blk, dest_page, move_flat)
 
+
+def _erase(state: BlockState, victims: jax.Array, take: jax.Array, pages: jax.Array, config: BlockConfig) -> BlockState:
+    """Erase the taken ``victims`` (int32[g], ``take`` bool[g] a prefix) onto the tail of the free ring.
+
+    ``pages`` int32[g, K] are the victims' rows as read before (``after_read`` keeps the erase in place).
+    """
     b = config.n_blocks
     vb = jnp.where(take, victims, b)
     rank = jnp.cumsum(take) - 1
     n_take = take.sum().astype(jnp.int32)
-    state = dataclasses.replace(
+    return dataclasses.replace(
         state,
-        owner=state.owner.at[vb].set(-1, mode="drop"),
+        owner=state.owner.at[vb].set(after_read(jnp.full_like(pages, -1), pages), mode="drop"),
         valid=state.valid.at[vb].set(0, mode="drop"),
         status=state.status.at[vb].set(FREE, mode="drop"),
         block_class=state.block_class.at[vb].set(-1, mode="drop"),
         erases=state.erases.at[vb].add(1, mode="drop"),
         ring=state.ring.at[jnp.where(take, (state.tail + rank) % b, b)].set(victims, mode="drop"),
         tail=state.tail + n_take,
-        migrated_pages=state.migrated_pages + move_flat.sum().astype(jnp.int32),
         gc_invocations=state.gc_invocations + (n_take > 0).astype(jnp.int32),
-        gc_calls=state.gc_calls + 1,
     )
-    return state, (owners, dest_blk, dest_page, move_flat)
 
 
 def gc_target_pages(state: BlockState, trigger_used: jax.Array, target_used: jax.Array,
