@@ -61,6 +61,32 @@ def test_one_free_block_lets_a_round_reuse_its_own_victims():
     assert counts == {"valid": 10, "stale": 0, "free": 6, "physical": 16}
 
 
+def test_closest_label_fallback_by_hand():
+    # 8 blocks × 4 pages, 4 labels. Open blocks: label 0 holds 3 pages (room 1), label 1 holds 1
+    # (room 3), label 3 holds 2 (room 2); label 2 has none. This tick: 3 pages of label 0, 2 of
+    # label 2, 1 of label 3 — labels 0 and 2 each need a new block.
+    bc = gc.BlockConfig(n_blocks=8, pages_per_block=4, n_classes=4, victims_per_gc=1)
+    st = gc.init_state(bc)
+    first = jnp.array([0, 0, 0, 1, 3, 3], jnp.int32)
+    st, _, _ = append(st, jnp.arange(6, dtype=jnp.int32), first, jnp.ones(6, bool), bc)
+    assert st.open_ptr.tolist() == [3, 1, 4, 2] and int(st.open_block[2]) == -1
+    cls = jnp.array([0, 2, 0, 3, 2, 0], jnp.int32)
+    write = jnp.ones(6, bool)
+    fallback = jax.jit(gc.closest_class_fallback, static_argnums=4)
+    # One block to open: label 0 (first in class order) gets it; label 2 borrows label 1's block
+    # (circular distance 1; label 3 at distance 1 has 1 page of room left after its own page).
+    new_cls, new_write = fallback(cls, write, st, jnp.int32(1), bc)
+    assert new_cls.tolist() == [0, 1, 0, 3, 1, 0] and new_write.tolist() == [True] * 6
+    # No block to open: label 0 fills its last page, its 2 others go to label 1 (room 3); label 2
+    # then finds no label with room for 2 pages and waits.
+    new_cls, new_write = fallback(cls, write, st, jnp.int32(0), bc)
+    assert new_cls.tolist() == [0, 2, 1, 3, 2, 1]
+    assert new_write.tolist() == [True, False, True, True, False, True]
+    opened = int(st.n_opened)
+    st2, _, _ = append(st, jnp.arange(6, dtype=jnp.int32), new_cls, new_write, bc)
+    assert int(st2.n_opened) == opened and st2.open_ptr.tolist() == [4, 3, 4, 3]
+
+
 def test_reclaim_below_target_does_nothing():
     bc = gc.BlockConfig(n_blocks=4, pages_per_block=4, victims_per_gc=2)
     st = gc.init_state(bc)
@@ -180,3 +206,18 @@ def test_cli_json_has_the_issue_keys_and_rejects_bad_values(capsys):
     assert "--spare-factor = 1.2: must be in (0, 1)" in capsys.readouterr().err
     assert main(["gc", "--blocks", "2"]) == 2
     assert "BlockConfig.n_blocks = 2: need at least 4 blocks" in capsys.readouterr().err
+
+
+def test_cli_kv_lifetime_reports_the_closest_label_fallback(capsys):
+    from hbfjax.cli import main
+
+    args = ["gc", "--workload", "kv", "--allocation", "lifetime", "--blocks", "64", "--pages-per-block", "16",
+            "--streams", "2", "--ticks", "100", "--json"]
+    borrowed = {}
+    for flag in ("--label-fallback", "--no-label-fallback"):
+        assert main(args + [flag]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert not out["overflow"]
+        borrowed[flag] = out["label_fallback_pages"]
+    assert borrowed["--no-label-fallback"] == 0
+    assert borrowed["--label-fallback"] > 0  # 64 blocks: the pool runs short and labels borrow

@@ -41,6 +41,10 @@ def register(subparsers) -> None:
     g.add_argument("--victim", choices=["greedy", "fifo", "random"], default="greedy", help="GC victim policy")
     g.add_argument("--allocation", choices=list(kv_lifetimes.ALLOCATIONS), default="interleaved",
                    help="kv block allocation (default interleaved)")
+    g.add_argument("--label-fallback", action=argparse.BooleanOptionalAction, default=True,
+                   help="kv lifetime allocation: a label whose block is full when no free block may be opened "
+                        "writes into the closest label's block (HBFlex §5.4; default on). Off: the host keeps "
+                        "a free block per label in reserve")
     g.add_argument("--victims-per-gc", type=int, default=8, help="victims examined per GC round (default 8)")
     g.add_argument("--gc-trigger-used", type=float, default=None,
                    help="kv: GC when used pages exceed this fraction (default 0.95, HBFlex)")
@@ -90,7 +94,7 @@ def _kv(args, streams):
                                 pages_per_tick=args.pages_per_tick, allocation=args.allocation,
                                 lifetime="trace" if args.trace else args.lifetime, victim=args.victim,
                                 victims_per_gc=args.victims_per_gc, warmup_ticks=args.ticks // 2,
-                                measure_ticks=args.ticks)
+                                measure_ticks=args.ticks, label_fallback=args.label_fallback)
     trace = None
     if args.trace:
         from hbfjax.traces import load_trace
@@ -103,6 +107,7 @@ def _kv(args, streams):
     res = summarize(out, cfg.blocks.physical_pages)
     res["evicted_requests"] = int(out["evicted_requests"].sum())
     res["moved_weight_pages"] = int(out["moved_weight_pages"].sum())
+    res["label_fallback_pages"] = int(out["label_fallback_pages"].sum())
     return res, cfg.blocks
 
 

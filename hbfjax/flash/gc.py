@@ -198,6 +198,48 @@ def append(state: BlockState, owner: jax.Array, cls: jax.Array, write: jax.Array
     return state, blk, off
 
 
+def closest_class_fallback(cls: jax.Array, write: jax.Array, state: BlockState, host_blocks: jax.Array,
+                           config: BlockConfig) -> tuple[jax.Array, jax.Array]:
+    """HBFlex §5.4 allocation order when free blocks run short: own label's partial block, else a new
+    block for the label, else a block of the closest label.
+
+    ``cls`` int32[n] wanted class of each page (its lifetime label), ``write`` bool[n], ``host_blocks``
+    int32[] free blocks the host may open now. Each class first fills the room left in its open block
+    (pages in order of appearance); classes that need new blocks get them in class order while
+    ``host_blocks`` lasts; a class that gets none sends its excess to the class nearest in circular
+    label distance (ties: lower index) whose room, after its own pages and earlier redirections,
+    holds the whole excess. An excess with no such class is not written (``write`` cleared): the
+    host waits for GC. The returned classes never need more than ``host_blocks`` new blocks.
+    Returns (cls int32[n], write bool[n]).
+    """
+    c, k = config.n_classes, config.pages_per_block
+    idx, demand = _within_class_index(cls, write, c)
+    room = jnp.where(state.open_block >= 0, k - state.open_ptr, 0)  # [C]
+    excess = jnp.maximum(demand - room, 0)
+    blocks = (excess + k - 1) // k
+    ci = jnp.arange(c, dtype=jnp.int32)
+    gap = jnp.abs(ci[:, None] - ci[None, :])
+    rank = jnp.minimum(gap, c - gap) * c + ci[None, :]  # [from, to] circular distance, then index
+
+    def grant_or_redirect(carry, i):
+        left, spare = carry  # blocks the host may still open; room left per class after assignments
+        grant = (blocks[i] > 0) & (blocks[i] <= left)
+        left = left - jnp.where(grant, blocks[i], 0)
+        spare = spare.at[i].add(jnp.where(grant, blocks[i] * k, 0))
+        short = (blocks[i] > 0) & ~grant
+        fits = (spare >= excess[i]) & (ci != i) & (ci != config.protected_class)
+        key = jnp.where(fits, rank[i], c * c)
+        to = jnp.argmin(key).astype(jnp.int32)
+        moved = short & (key[to] < c * c)
+        spare = spare.at[to].add(jnp.where(moved, -excess[i], 0))
+        return (left, spare), (moved, short & ~moved, to)
+
+    _, (moved, stuck, to) = jax.lax.scan(grant_or_redirect, (host_blocks, room - demand), ci)
+    own = jnp.clip(cls, 0, c - 1)
+    over = idx >= room[own]  # past the room of its own class's open block
+    return (jnp.where(write & over & moved[own], to[own], cls), write & ~(over & stuck[own]))
+
+
 def close_classes(state: BlockState, mask: jax.Array, config: BlockConfig) -> BlockState:
     """Close the open block of every class in ``mask`` (bool[C]); its unwritten pages are abandoned.
 

@@ -11,8 +11,9 @@ requests when valid data exceed ``evict_used`` of the device; GC triggers at ``g
 Allocation classes (see ``hbfjax.flash.gc``): interleaved (one class, requests share blocks in
 arrival order), isolated (one class per slot; a request's last block is closed when it ends),
 lifetime (one class per label; label = root request's start tick // label interval, inherited by
-descendants and by GC-moved pages). DASH weight/KV separation (§V-A2) puts weight pages in a
-protected class that GC never examines. A page's owner tag is gen·(slots+1) + slot, so a slot
+descendants and by GC-moved pages; when a label's block is full and no free block may be opened,
+its pages go to the block of the closest label, ``gc.closest_class_fallback``). DASH weight/KV
+separation (§V-A2) puts weight pages in a protected class that GC never examines. A page's owner tag is gen·(slots+1) + slot, so a slot
 reused by a new request never revives its predecessor's pages.
 """
 
@@ -31,6 +32,7 @@ from hbfjax.flash import gc
 from hbfjax.flash.gc import BlockConfig, BlockState, require
 
 ALLOCATIONS = ("interleaved", "isolated", "lifetime")
+GC_HEADROOM_BLOCKS = 2  # free blocks a GC round with several classes needs to take a victim (gc.reclaim)
 LIFETIMES = ("exponential", "deterministic", "lognormal", "trace")
 
 
@@ -47,6 +49,7 @@ class KvConfig:
     n_labels: int = 8  # lifetime labels (allocation = lifetime), used modulo this
     weight_pages: int = 0  # model weight pages written once at start (never invalidated)
     separate_weights: bool = True  # DASH: weights in their own, never-victim blocks
+    label_fallback: bool = True  # lifetime: a label with no room and no free block borrows the closest label's block
     victim: str = "greedy"
     victims_per_gc: int = 8
     gc_rounds: int = 2
@@ -92,8 +95,16 @@ class KvConfig:
 
     @property
     def reserve_blocks(self) -> int:
-        """Free blocks a tick needs before it may run: its pages, a new block per class, one victim."""
-        return math.ceil(self.tick_pages / self.pages_per_block) + min(self.kv_classes, self.tick_pages) + 2
+        """Free blocks a tick needs before it may run: its pages, a new block per class, one victim.
+
+        With the closest-label fallback a label never needs a block of its own, so no per-class term.
+        """
+        per_class = 0 if self.uses_label_fallback else min(self.kv_classes, self.tick_pages)
+        return math.ceil(self.tick_pages / self.pages_per_block) + per_class + GC_HEADROOM_BLOCKS
+
+    @property
+    def uses_label_fallback(self) -> bool:
+        return self.allocation == "lifetime" and self.label_fallback
 
 
 @jax.tree_util.register_dataclass
@@ -152,6 +163,7 @@ class KvState:
     evicted: jax.Array  # int32[] requests ended early by eviction
     stalled: jax.Array  # int32[] steps the host waited for GC
     moved_weight_pages: jax.Array  # int32[] weight pages GC migrated (0 with DASH separation)
+    borrowed_pages: jax.Array  # int32[] host pages written into the block of another (the closest) label
     free_pages_sum: jax.Array  # float32[] Σ free pages over measured steps
     valid_pages_sum: jax.Array  # float32[] Σ valid pages over measured steps
 
@@ -175,7 +187,7 @@ def init_state(config: KvConfig) -> KvState:
     z = jnp.zeros(s, jnp.int32)
     i0 = jnp.int32(0)
     return KvState(blocks=st, live=jnp.zeros(s, bool), gen=z, end_tick=z, left=z, held=z, start_tick=z, label=z,
-                   tick=i0, admitted=i0, evicted=i0, stalled=i0, moved_weight_pages=i0,
+                   tick=i0, admitted=i0, evicted=i0, stalled=i0, moved_weight_pages=i0, borrowed_pages=i0,
                    free_pages_sum=jnp.float32(0), valid_pages_sum=jnp.float32(0))
 
 
@@ -286,14 +298,20 @@ def step(state: KvState, seed, stream_id, knobs: KvKnobs, config: KvConfig, meas
     write = go & state.live[slot] & (j < state.left[slot])
     owner = state.gen[slot] * (s + 1) + slot
     cls = _page_class(state.label[slot], slot, config)
+    borrowed = state.borrowed_pages
+    if config.uses_label_fallback:  # HBFlex §5.4: else a block with the closest label
+        host_blocks = jnp.maximum(gc.free_blocks(st) - GC_HEADROOM_BLOCKS, 0)
+        wanted = cls
+        cls, write = gc.closest_class_fallback(cls, write, st, host_blocks, bc)
+        borrowed = borrowed + (write & (cls != wanted)).sum(dtype=jnp.int32)
     st, _, _ = gc.append(st, owner, cls, write, bc)
-    wrote = jnp.minimum(state.left, p) * (go & state.live)
+    wrote = write.reshape(s, p).sum(axis=1, dtype=jnp.int32)  # a page the fallback could not place waits
     st = dataclasses.replace(st, host_pages=st.host_pages + wrote.sum().astype(jnp.int32))
     m = jnp.float32(1.0 if measure else 0.0)
     return dataclasses.replace(
         state, blocks=st, left=state.left - wrote, held=state.held + wrote,
         tick=state.tick + go.astype(jnp.int32), stalled=state.stalled + (~go).astype(jnp.int32),
-        moved_weight_pages=moved_w,
+        moved_weight_pages=moved_w, borrowed_pages=borrowed,
         free_pages_sum=state.free_pages_sum + m * gc.free_pages(st, bc).astype(jnp.float32),
         valid_pages_sum=state.valid_pages_sum + m * st.valid.sum().astype(jnp.float32))
 
@@ -307,7 +325,8 @@ def rollout(state: KvState, seed, stream_id, knobs, config: KvConfig, n_ticks: i
 
 def _counters(state: KvState) -> dict:
     return {**gc.block_counters(state.blocks), "evicted_requests": state.evicted,
-            "admitted_requests": state.admitted, "stalled_ticks": state.stalled}
+            "admitted_requests": state.admitted, "stalled_ticks": state.stalled,
+            "label_fallback_pages": state.borrowed_pages}
 
 
 def simulate(stream_id, seed, knobs: KvKnobs, config: KvConfig) -> dict:
