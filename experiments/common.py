@@ -7,10 +7,14 @@ It computes a tidy table (one row per stream-aggregate × knob point), saves it 
 
 Tables are cached: ``cached_table`` reuses ``<name>.csv`` when the sidecar ``<name>.params.json``
 matches the parameters of this run, so an interrupted ``make figures`` resumes figure by figure.
+The parameters include a digest of the simulator and experiment sources, so a table computed by
+older code is never reused.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -38,11 +42,21 @@ class Comparison:
     note: str = ""  # the gap explained, or the setting that differs
 
 
+@functools.lru_cache(maxsize=1)
+def source_digest() -> str:
+    """First 16 hex digits of a SHA-256 over every ``.py`` file of ``hbfjax/`` and ``experiments/``."""
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    for path in sorted(p for d in ("hbfjax", "experiments") for p in (root / d).rglob("*.py")):
+        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
 def cached_table(ctx: Context, name: str, params: dict, compute: Callable[[], pd.DataFrame]) -> pd.DataFrame:
-    """``compute()`` unless ``<name>.csv`` exists with the same ``params`` (then read it back)."""
+    """``compute()`` unless ``<name>.csv`` exists with the same ``params`` and sources (then read it back)."""
     csv_path = ctx.out_dir / f"{name}.csv"
     params_path = ctx.out_dir / f"{name}.params.json"
-    params = {"streams": ctx.streams, "seed": ctx.seed, **params}
+    params = {"streams": ctx.streams, "seed": ctx.seed, "source_digest": source_digest(), **params}
     if not ctx.force and csv_path.exists() and params_path.exists():
         if json.loads(params_path.read_text()) == json.loads(json.dumps(params)):
             return pd.read_csv(csv_path)

@@ -25,10 +25,11 @@ MODEL_NAMES = {"greedy": "mean-field greedy, K = 32", "fifo": "Lambert-W FIFO (D
 def _compute(streams: int, seed: int) -> pd.DataFrame:
     rows = []
     for victim in gc.VICTIMS:
-        bc = gc.BlockConfig(n_blocks=BLOCKS, pages_per_block=PAGES, victim=victim, victims_per_gc=16)
+        # 4 victims per round, up to 4 rounds per chunk: close to a sequential FTL (see gc.reclaim)
+        bc = gc.BlockConfig(n_blocks=BLOCKS, pages_per_block=PAGES, victim=victim, victims_per_gc=4)
         lmax = int(round((1 - min(SPARES)) * bc.physical_pages))
         cfg = ow.OverwriteConfig(blocks=bc, logical_pages=lmax, chunk_pages=PAGES, warmup_chunks=300,
-                                 measure_chunks=400)
+                                 measure_chunks=400, gc_rounds=4)
         logical = [int(round((1 - s) * bc.physical_pages)) for s in SPARES]
         knobs = batch.stack_knobs([ow.default_knobs(cfg, logical_pages=lp) for lp in logical])
         out = batch.run(ow.simulate, streams, seed, knobs, cfg, knob_axis=True)

@@ -45,7 +45,9 @@ def register(subparsers) -> None:
                    help="kv lifetime allocation: a label whose block is full when no free block may be opened "
                         "writes into the closest label's block (HBFlex §5.4; default on). Off: the host keeps "
                         "a free block per label in reserve")
-    g.add_argument("--victims-per-gc", type=int, default=8, help="victims examined per GC round (default 8)")
+    g.add_argument("--victims-per-gc", type=int, default=8,
+                   help="victims examined per GC round (default 8; fewer, in more rounds, track a sequential FTL "
+                        "more closely with random victims)")
     g.add_argument("--gc-trigger-used", type=float, default=None,
                    help="kv: GC when used pages exceed this fraction (default 0.95, HBFlex)")
     g = p.add_argument_group("workload")

@@ -349,6 +349,13 @@ def reclaim(state: BlockState, target_free_pages: jax.Array, seed: jax.Array, st
     most j + 1 new blocks and j blocks come back before it, so one free block lets all g run in one
     round. With several classes each class's pages are appended in class order, not victim order,
     so the round migrates into today's free pages first and erases after.
+
+    Batching approximation: the g victims are chosen together, so blocks that the round's own
+    migrations close become candidates only from the next round. Greedy and FIFO never pick such
+    fresh full blocks anyway; a random victim would, so a large g lowers random-victim WAF below a
+    sequential FTL's. Measured (256 × 32-page blocks, s = 0.1, 16 streams; model α/(α − 1) at the
+    measured α): g = 16 in one round 11.38 ± 0.08 vs 11.68; g = 4 in up to 4 rounds 11.41 vs 11.53;
+    g = 1 in up to 16 rounds 11.44 vs 11.48. Small g with more rounds tracks the sequential policy.
     """
     k = config.pages_per_block
     score = victim_score(state, seed, stream_id, config)

@@ -13,8 +13,8 @@ arrival order), isolated (one class per slot; a request's last block is closed w
 lifetime (one class per label; label = root request's start tick // label interval, inherited by
 descendants and by GC-moved pages; when a label's block is full and no free block may be opened,
 its pages go to the block of the closest label, ``gc.closest_class_fallback``). DASH weight/KV
-separation (§V-A2) puts weight pages in a protected class that GC never examines. A page's owner tag is gen·(slots+1) + slot, so a slot
-reused by a new request never revives its predecessor's pages.
+separation (§V-A2) puts weight pages in a protected class that GC never examines. A page's owner
+tag is gen·(slots+1) + slot, so a slot reused by a new request never revives its predecessor's pages.
 """
 
 from __future__ import annotations
