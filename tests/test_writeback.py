@@ -281,7 +281,7 @@ def test_compiled_rollout_equals_the_sequential_numpy_reference():
             assert out["forced_writebacks"].sum() > 0 and out["stall_us_total"].sum() > 0
 
 
-def test_swebench_replay_drives_the_rollout_end_to_end():
+def test_swebench_replay_drives_the_rollout_end_to_end(trace_dir):  # the fixture skips without the traces
     """Rung 5: per-iteration decode requests and prefill tokens from a SWE-bench replay (the interface a
     serving engine uses) run through the rollout: window-aware hides every program with ample SRAM,
     immediate exposes one tPROG per layer in every iteration that produces KV."""
