@@ -221,3 +221,22 @@ def test_cli_kv_lifetime_reports_the_closest_label_fallback(capsys):
         borrowed[flag] = out["label_fallback_pages"]
     assert borrowed["--no-label-fallback"] == 0
     assert borrowed["--label-fallback"] > 0  # 64 blocks: the pool runs short and labels borrow
+
+
+def test_cpu_and_gpu_formulations_give_identical_results():
+    # gc.on_cpu() picks tree minima and in-map duplicate detection on a CPU, one reduction and n²
+    # compares elsewhere; both must give the same streams bit for bit (forced here on one machine).
+    bc = gc.BlockConfig(n_blocks=64, pages_per_block=16, victim="greedy", victims_per_gc=8)
+    cfg = ow.OverwriteConfig(blocks=bc, logical_pages=800, chunk_pages=32, warmup_chunks=20, measure_chunks=30,
+                             gc_rounds=1)
+    res = {}
+    for name in ("cpu", "gpu"):
+        with gc.formulation(name):
+            fn = jax.jit(jax.vmap(lambda i: ow.simulate(i, SEED, ow.default_knobs(cfg), cfg)))
+            res[name] = jax.tree_util.tree_map(np.asarray, fn(jnp.arange(4, dtype=jnp.int32)))
+    assert res["cpu"]["migrated_pages"].min() > 0
+    for key in res["cpu"]:
+        np.testing.assert_array_equal(res["cpu"][key], res["gpu"][key], err_msg=key)
+    with pytest.raises(gc.GcConfigError, match="must be 'cpu' or 'gpu'"):
+        with gc.formulation("tpu"):
+            pass

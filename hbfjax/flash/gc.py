@@ -15,6 +15,7 @@ once per chunk of host writes, not once per write; streams that need no GC mask 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass
 
@@ -280,9 +281,28 @@ def after_read(x: jax.Array, read: jax.Array) -> jax.Array:
     return jnp.where(read == jnp.iinfo(jnp.int32).min, 0, x)
 
 
+_FORMULATION: list[str | None] = [None]  # forced by ``formulation(...)``; None: follow the backend
+
+
 def on_cpu() -> bool:
-    """True when arrays are placed on the CPU backend (picks among bit-identical formulations)."""
-    return jax.default_backend() == "cpu"
+    """True when the CPU formulations are in use (bit-identical results either way).
+
+    Follows the backend arrays are placed on unless ``formulation`` forces one. Read at trace time.
+    """
+    forced = _FORMULATION[0]
+    return jax.default_backend() == "cpu" if forced is None else forced == "cpu"
+
+
+@contextlib.contextmanager
+def formulation(name: str):
+    """Trace GC code with the ``"cpu"`` or ``"gpu"`` formulations whatever the backend (benchmarks
+    compare both on one machine). Functions traced inside keep the formulation they were traced with."""
+    require(name in ("cpu", "gpu"), "formulation", "name", name, "must be 'cpu' or 'gpu'")
+    previous, _FORMULATION[0] = _FORMULATION[0], name
+    try:
+        yield
+    finally:
+        _FORMULATION[0] = previous
 
 
 def _tree_min(x: jax.Array) -> jax.Array:
