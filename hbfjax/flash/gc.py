@@ -111,11 +111,14 @@ def free_blocks(state: BlockState) -> jax.Array:
     return state.tail - state.head
 
 
+def open_room(state: BlockState, config: BlockConfig) -> jax.Array:
+    """int32[C] pages still writable in each class's open block (0 for a class with none)."""
+    return jnp.where(state.open_block >= 0, config.pages_per_block - state.open_ptr, 0)
+
+
 def free_pages(state: BlockState, config: BlockConfig) -> jax.Array:
     """int32[] writable pages: the free pool plus what is left in every open block."""
-    k = config.pages_per_block
-    open_left = jnp.where(state.open_block >= 0, k - state.open_ptr, 0)
-    return free_blocks(state) * k + open_left.sum()
+    return free_blocks(state) * config.pages_per_block + open_room(state, config).sum()
 
 
 def written_pages(state: BlockState, config: BlockConfig) -> jax.Array:
@@ -215,7 +218,7 @@ def closest_class_fallback(cls: jax.Array, write: jax.Array, state: BlockState, 
     """
     c, k = config.n_classes, config.pages_per_block
     idx, demand = _within_class_index(cls, write, c)
-    room = jnp.where(state.open_block >= 0, k - state.open_ptr, 0)  # [C]
+    room = open_room(state, config)  # [C]
     excess = jnp.maximum(demand - room, 0)
     blocks = (excess + k - 1) // k
     ci = jnp.arange(c, dtype=jnp.int32)
