@@ -96,6 +96,34 @@ def test_reclaim_below_target_does_nothing():
     assert int(st2.erases.sum()) == 0 and int(st2.migrated_pages) == 0 and int(st2.gc_invocations) == 0
 
 
+def _smallest_by_sorting(score: np.ndarray, g: int):
+    """The g smallest (index, value) pairs by a stable NumPy sort; non-candidates (INT_MAX) -> (0, INT_MAX)."""
+    order = np.argsort(score, kind="stable")[:g]
+    val = score[order]
+    return np.where(val == gc._INT_MAX, 0, order), val
+
+
+@pytest.mark.parametrize("name", ["cpu", "gpu"])
+def test_smallest_matches_a_stable_sort_with_ties_and_non_candidates(name):
+    # Greedy-like scores in [0, 8] with many ties, a third of them non-candidates (INT_MAX), and
+    # hash-like scores for the unpacked search; g runs past the number of candidates.
+    rng = np.random.default_rng(5)
+    imax = gc._INT_MAX
+    greedy = np.where(rng.random(50) < 0.33, imax, rng.integers(0, 9, 50)).astype(np.int32)
+    hashed = np.where(rng.random(50) < 0.33, imax, rng.integers(0, 40, 50)).astype(np.int32)
+    with gc.formulation(name):
+        for score, max_score in ((greedy, 8), (hashed, None)):
+            n_cand = int((score < imax).sum())
+            for g in (1, 5, n_cand + 3):
+                # A fresh function per trace: jit caches traces per function, whatever the formulation.
+                search = lambda s: gc.smallest(s, g, max_score)  # noqa: B023, E731
+                assert ("top_k" in str(jax.make_jaxpr(search)(score))) == (name == "gpu")
+                idx, val = jax.jit(search)(jnp.asarray(score))
+                want_idx, want_val = _smallest_by_sorting(score, g)
+                np.testing.assert_array_equal(np.asarray(val), want_val, err_msg=f"{name} g={g} max={max_score}")
+                np.testing.assert_array_equal(np.asarray(idx), want_idx, err_msg=f"{name} g={g} max={max_score}")
+
+
 def _check_overwrite_invariants(s: ow.OverwriteState, cfg: ow.OverwriteConfig):
     bc = cfg.blocks
     b = s.blocks
@@ -223,10 +251,11 @@ def test_cli_kv_lifetime_reports_the_closest_label_fallback(capsys):
     assert borrowed["--label-fallback"] > 0  # 64 blocks: the pool runs short and labels borrow
 
 
-def test_cpu_and_gpu_formulations_give_identical_results():
-    # gc.on_cpu() picks tree minima and in-map duplicate detection on a CPU, one reduction and n²
-    # compares elsewhere; both must give the same streams bit for bit (forced here on one machine).
-    bc = gc.BlockConfig(n_blocks=64, pages_per_block=16, victim="greedy", victims_per_gc=8)
+@pytest.mark.parametrize("victim", gc.VICTIMS)
+def test_cpu_and_gpu_formulations_give_identical_results(victim):
+    # gc.on_cpu() picks tree-minimum passes and in-map duplicate detection on a CPU, one top_k and
+    # n² compares elsewhere; both must give the same streams bit for bit (forced here on one machine).
+    bc = gc.BlockConfig(n_blocks=64, pages_per_block=16, victim=victim, victims_per_gc=8)
     cfg = ow.OverwriteConfig(blocks=bc, logical_pages=800, chunk_pages=32, warmup_chunks=20, measure_chunks=30,
                              gc_rounds=1)
     res = {}

@@ -299,7 +299,11 @@ def on_cpu() -> bool:
 @contextlib.contextmanager
 def formulation(name: str):
     """Trace GC code with the ``"cpu"`` or ``"gpu"`` formulations whatever the backend (benchmarks
-    compare both on one machine). Functions traced inside keep the formulation they were traced with."""
+    compare both on one machine). Functions traced inside keep the formulation they were traced with.
+
+    ``jax.jit`` caches traces per function object, not per formulation: jit a new function (e.g. a
+    fresh lambda) inside the block, or a function traced before is reused with its old formulation.
+    """
     require(name in ("cpu", "gpu"), "formulation", "name", name, "must be 'cpu' or 'gpu'")
     previous, _FORMULATION[0] = _FORMULATION[0], name
     try:
@@ -309,11 +313,8 @@ def formulation(name: str):
 
 
 def _tree_min(x: jax.Array) -> jax.Array:
-    """Minimum over the last axis. On a CPU as a halving tree of elementwise ``jnp.minimum`` (XLA CPU
-    vectorises these; its integer min/argmin *reductions* run several times slower); elsewhere one
-    reduction (a GPU reduces in one kernel, while the tree costs a launch per level in a scan)."""
-    if not on_cpu():
-        return jnp.min(x, axis=-1)
+    """Minimum over the last axis as a halving tree of elementwise ``jnp.minimum`` (XLA CPU
+    vectorises these; its integer min/argmin *reductions* run several times slower)."""
     n = x.shape[-1]
     while n > 1:
         h = n // 2
@@ -326,26 +327,33 @@ def _tree_min(x: jax.Array) -> jax.Array:
 def smallest(score: jax.Array, g: int, max_score: int | None = None) -> tuple[jax.Array, jax.Array]:
     """(indices, values) of the g smallest entries of int32 ``score``, ascending, ties by index.
 
-    Exactly g masked argmin passes (an entry taken is set to INT_MAX; once only INT_MAX is left,
-    each pass yields index 0), each written as elementwise ops and tree minima, no scatter.
-    With ``max_score`` (every entry is in [0, max_score] or INT_MAX, e.g. greedy valid counts)
-    each pass is one minimum of the packed key score·B + index, which orders as (score, index).
-    Deliberately not ``lax.top_k``/sort: on XLA CPU (jax 0.10) anything that depends on a sort's
-    output made the following batched scatters ~20× slower.
+    Entries equal to INT_MAX (not candidates) come back as index 0, value INT_MAX. With
+    ``max_score`` (every entry is in [0, max_score] or INT_MAX, e.g. greedy valid counts) the
+    search runs on the packed key score·B + index, unique and ordered as (score, index).
+    On a CPU: exactly g masked minimum passes of elementwise ops and tree minima, no scatter —
+    deliberately not ``lax.top_k``/sort: on XLA CPU (jax 0.10) anything that depends on a sort's
+    output made the following batched scatters ~20× slower. Elsewhere: one ``lax.top_k`` (one
+    kernel instead of g passes, each a launch inside the chunk loop). Both give the same result.
     """
     b = score.shape[-1]
-    iota = jnp.arange(b, dtype=jnp.int32)
     if max_score is not None and (max_score + 2) * b <= _INT_MAX:
+        iota = jnp.arange(b, dtype=jnp.int32)
         top = (max_score + 1) * b  # INT_MAX entries pack as max_score + 1 (after every real score)
         key = jnp.where(score == _INT_MAX, top, score * b) + iota
-
-        def body(k, _):
-            m = _tree_min(k)
-            return jnp.where(k == m, _INT_MAX, k), m
-
-        _, mins = jax.lax.scan(body, key, None, length=g)
+        mins = _smallest_keys_top_k(key, g, top + b) if not on_cpu() else _smallest_keys_passes(key, g)
         real = mins < top
         return jnp.where(real, mins % b, 0), jnp.where(real, mins // b, _INT_MAX)
+    if on_cpu():
+        return _smallest_passes(score, g)
+    neg, idx = jax.lax.top_k(-score, g)  # ties: lower index first (lax.top_k's contract)
+    val = -neg
+    return jnp.where(val == _INT_MAX, 0, idx).astype(jnp.int32), val
+
+
+def _smallest_passes(score: jax.Array, g: int) -> tuple[jax.Array, jax.Array]:
+    """``smallest`` of an unpacked score as g masked argmin passes (value minimum, then index minimum)."""
+    b = score.shape[-1]
+    iota = jnp.arange(b, dtype=jnp.int32)
 
     def body(sc, _):
         m = _tree_min(sc)
@@ -355,6 +363,29 @@ def smallest(score: jax.Array, g: int, max_score: int | None = None) -> tuple[ja
 
     _, (idx, val) = jax.lax.scan(body, score, None, length=g)
     return idx, val
+
+
+def _smallest_keys_passes(key: jax.Array, g: int) -> jax.Array:
+    """int32[g] the g smallest of the distinct keys ``key`` int32[B], ascending: g tree-minimum passes."""
+    def body(k, _):
+        m = _tree_min(k)
+        return jnp.where(k == m, _INT_MAX, k), m
+
+    _, mins = jax.lax.scan(body, key, None, length=g)
+    return mins
+
+
+def _smallest_keys_top_k(key: jax.Array, g: int, key_bound: int) -> jax.Array:
+    """int32[g] the g smallest of the distinct keys ``key`` int32[B] in [0, key_bound), ascending: one top_k.
+
+    Keys below 2^24 are exact in float32, whose top_k has a dedicated XLA GPU kernel for g ≤ 16
+    (an integer top_k is lowered as a sort); larger keys stay int32.
+    """
+    if key_bound <= 2**24:
+        neg, _ = jax.lax.top_k(-key.astype(jnp.float32), g)
+        return (-neg).astype(jnp.int32)
+    neg, _ = jax.lax.top_k(-key, g)
+    return -neg
 
 
 def reclaim(state: BlockState, target_free_pages: jax.Array, seed: jax.Array, stream_id: jax.Array,
