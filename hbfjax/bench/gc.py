@@ -1,8 +1,8 @@
 """GC simulation throughput: simulated host page writes per second, many streams at once.
 
 GPU scale (scale 1): 1,024 streams × 4,096 blocks × 64 pages, uniform overwrites at spare factor
-0.15 with greedy victims, after a sequential fill and one drive write of warm-up (outside the
-timing). The reference is ``hbfjax.flash.gc_reference``: the same policy written the usual way,
+0.15 with greedy victims, after a sequential fill and two drive writes of warm-up (outside the
+timing). On a GPU the bench also times the CPU formulations and bigger chunks (``GPU_EXTRA``). The reference is ``hbfjax.flash.gc_reference``: the same policy written the usual way,
 one host write and one victim at a time in NumPy/Python, one stream; it times its own writes after
 its fill and one drive write of warm-up. Stalled chunks (host waiting for GC)
 write nothing and are not counted as writes. On a CPU the measured streams run ``MAP_STREAMS_CPU``
@@ -11,6 +11,9 @@ results, with each group's block arrays in cache.
 """
 
 from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
@@ -22,9 +25,31 @@ from hbfjax.flash.gc_reference import overwrite_waf
 
 SPARE = 0.15
 PAGES = 64
-CHUNK = 4 * PAGES  # host writes per scan step: one amortised GC round (up to 16 victims) each
 MEASURE_CHUNKS = 32
+SLACK_PAGES = 4 * PAGES  # GC hysteresis above the reserve (one chunk of the default variant)
 MAP_STREAMS_CPU = 8  # streams per lax.map step on a CPU: ~0.5 MB of block array and l2p map each
+
+
+@dataclass(frozen=True)
+class Variant:
+    """How the simulation is cut into scan steps (same policy, same workload; WAF moves slightly
+    because a bigger chunk needs a bigger free-pool reserve)."""
+
+    chunk_pages: int  # host writes per stream per scan step
+    victims_per_gc: int  # victims per reclaim round
+    gc_rounds: int  # reclaim rounds per step
+
+    @property
+    def label(self) -> str:
+        return f"chunk {self.chunk_pages}, {self.gc_rounds}x{self.victims_per_gc} victims"
+
+
+# Measured on every machine: one amortised GC round of up to 16 victims per 4 blocks of host writes
+# (at WAF ≈ 3.5 a chunk needs ≈ 14 greedy victims).
+DEFAULT = Variant(chunk_pages=4 * PAGES, victims_per_gc=16, gc_rounds=1)
+# Also measured on a GPU, where a scan step costs kernel launches whatever its size: 4× the writes
+# per step, with the victims in one round of 64 (a sort-based top_k) or four rounds of 16.
+GPU_EXTRA = (Variant(16 * PAGES, 64, 1), Variant(16 * PAGES, 16, 4))
 
 
 def _reference_s_per_write(blocks: int, logical: int, host_writes: int = 30_000) -> float:
@@ -34,15 +59,16 @@ def _reference_s_per_write(blocks: int, logical: int, host_writes: int = 30_000)
     return res["measured_s"] / host_writes
 
 
-def run(scale: float) -> list[dict]:
-    streams = max(8, int(1024 * scale))
-    blocks = max(64, int(4096 * scale))
-    bc = gc.BlockConfig(n_blocks=blocks, pages_per_block=PAGES, victim="greedy", victims_per_gc=16)
+def _measure_variant(variant: Variant, streams: int, blocks: int, formulations: tuple[str, ...],
+                     ref_s_per_write: float, scale: float) -> list[dict]:
+    """Warm up (two drive writes), then time ``MEASURE_CHUNKS`` chunks once per formulation."""
+    bc = gc.BlockConfig(n_blocks=blocks, pages_per_block=PAGES, victim="greedy",
+                        victims_per_gc=variant.victims_per_gc)
     logical = int(round((1 - SPARE) * bc.physical_pages))
-    warm_chunks = 2 * logical // CHUNK  # two drive writes: past the post-fill transient
-    cfg = ow.OverwriteConfig(blocks=bc, logical_pages=logical, chunk_pages=CHUNK, warmup_chunks=0,
-                             measure_chunks=MEASURE_CHUNKS, gc_rounds=1)
-    knobs = ow.default_knobs(cfg)
+    warm_chunks = 2 * logical // variant.chunk_pages  # two drive writes: past the post-fill transient
+    cfg = ow.OverwriteConfig(blocks=bc, logical_pages=logical, chunk_pages=variant.chunk_pages, warmup_chunks=0,
+                             measure_chunks=MEASURE_CHUNKS, gc_rounds=variant.gc_rounds)
+    knobs = ow.default_knobs(cfg, slack_pages=SLACK_PAGES)
     seed = jnp.uint32(0)
     ids = batch.stream_ids(0, streams)
 
@@ -65,20 +91,34 @@ def run(scale: float) -> list[dict]:
         return jax.tree_util.tree_map(lambda a: a.reshape((-1,) + a.shape[2:]), out)
 
     state = jax.block_until_ready(warm(ids))
-    ref = _reference_s_per_write(blocks, logical)
-    native = "cpu" if gc.on_cpu() else "gpu"
+    native = formulations[0]
     rows = []
-    # On a GPU also time the CPU formulations (bit-identical results): which is faster there is measured.
-    for name in (native,) if native == "cpu" else (native, "cpu"):
+    for name in formulations:
         with gc.formulation(name):  # traced (on the first call) inside
-            fn = jax.jit(measure)
+            # A new function object each time: jit caches traces per function, so jit(measure)
+            # again would reuse the first formulation's trace.
+            fn = jax.jit(lambda state, ids: measure(state, ids))
             compile_s, run_s = time_compiled(lambda: fn(state, ids), repeats=2)
             out = fn(state, ids)
         host = float((out.blocks.host_pages - state.blocks.host_pages).sum())
         mig = float((out.blocks.migrated_pages - state.blocks.migrated_pages).sum())
-        label = f"gc greedy {streams}x{blocks}x{PAGES}" + ("" if name == native else f" ({name} formulation)")
-        rows.append(row(label, host, "host page writes", compile_s, run_s, ref, streams=streams, blocks=blocks,
-                        pages_per_block=PAGES, spare_factor=SPARE, waf=(host + mig) / max(host, 1.0),
+        label = f"gc greedy {streams}x{blocks}x{PAGES}"
+        label += "" if variant == DEFAULT else f" ({variant.label})"
+        label += "" if name == native else f" ({name} formulation)"
+        rows.append(row(label, host, "host page writes", compile_s, run_s, ref_s_per_write, streams=streams,
+                        blocks=blocks, pages_per_block=PAGES, spare_factor=SPARE, waf=(host + mig) / max(host, 1.0),
                         stalled_chunks=int((out.stalled_chunks - state.stalled_chunks).sum()),
-                        overflow=bool(out.blocks.overflow.any()), formulation=name, scale=scale))
+                        overflow=bool(out.blocks.overflow.any()), formulation=name, scale=scale,
+                        **dataclasses.asdict(variant)))
     return rows
+
+
+def run(scale: float) -> list[dict]:
+    streams = max(8, int(1024 * scale))
+    blocks = max(64, int(4096 * scale))
+    logical = int(round((1 - SPARE) * blocks * PAGES))
+    ref = _reference_s_per_write(blocks, logical)
+    if gc.on_cpu():
+        return _measure_variant(DEFAULT, streams, blocks, ("cpu",), ref, scale)
+    # On a GPU also time the CPU formulations (bit-identical results): which is faster there is measured.
+    return [r for v in (DEFAULT,) + GPU_EXTRA for r in _measure_variant(v, streams, blocks, ("gpu", "cpu"), ref, scale)]
