@@ -12,6 +12,7 @@ import sys
 import jax
 
 import hbfjax.bench as bench
+from hbfjax.bench import _profile
 
 
 def machine() -> dict:
@@ -27,7 +28,11 @@ def main(argv=None) -> int:
     parser.add_argument("--scale", type=float, default=None,
                         help="work multiplier (default 1 on a GPU, smaller on a CPU so a run takes minutes)")
     parser.add_argument("--out", default=None, help="write rows and machine facts as JSON to this file")
+    parser.add_argument("--profile", default=None, metavar="DIR",
+                        help="also run one call per gc row under the JAX profiler, keep its trace in DIR and "
+                             "print the ops that took the most time (microseconds, launches)")
     args = parser.parse_args(argv)
+    _profile.LOG_DIR[0] = args.profile
     info = machine()
     scale = args.scale if args.scale is not None else (1.0 if info["platform"] == "gpu" else 0.25)
     print(f"# machine: {info}", flush=True)

@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from hbfjax import batch
+from hbfjax.bench._profile import maybe_profile
 from hbfjax.bench._timing import row, time_compiled
 from hbfjax.flash import gc, gc_overwrite as ow
 from hbfjax.flash.gc_reference import overwrite_waf
@@ -100,11 +101,12 @@ def _measure_variant(variant: Variant, streams: int, blocks: int, formulations: 
             fn = jax.jit(lambda state, ids: measure(state, ids))
             compile_s, run_s = time_compiled(lambda: fn(state, ids), repeats=2)
             out = fn(state, ids)
-        host = float((out.blocks.host_pages - state.blocks.host_pages).sum())
-        mig = float((out.blocks.migrated_pages - state.blocks.migrated_pages).sum())
         label = f"gc greedy {streams}x{blocks}x{PAGES}"
         label += "" if variant == DEFAULT else f" ({variant.label})"
         label += "" if name == native else f" ({name} formulation)"
+        maybe_profile(label, lambda: fn(state, ids))
+        host = float((out.blocks.host_pages - state.blocks.host_pages).sum())
+        mig = float((out.blocks.migrated_pages - state.blocks.migrated_pages).sum())
         rows.append(row(label, host, "host page writes", compile_s, run_s, ref_s_per_write, streams=streams,
                         blocks=blocks, pages_per_block=PAGES, spare_factor=SPARE, waf=(host + mig) / max(host, 1.0),
                         stalled_chunks=int((out.stalled_chunks - state.stalled_chunks).sum()),
