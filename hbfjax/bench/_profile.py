@@ -20,7 +20,7 @@ from typing import Callable
 import jax
 
 LOG_DIR: list[str | None] = [None]  # set by ``--profile``; None: no profiles
-TOP_OPS = 25
+TOP_OPS = 15
 
 
 def op_totals(trace_path: str) -> tuple[list[dict], dict]:
