@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from hbfjax import batch
-from hbfjax.flash import gc, gc_overwrite as ow
+from hbfjax.flash import formulation, gc, gc_overwrite as ow
 
 SEED, STREAM = jnp.uint32(7), jnp.int32(3)
 append = jax.jit(gc.append, static_argnums=4)
@@ -100,7 +100,7 @@ def _smallest_by_sorting(score: np.ndarray, g: int):
     """The g smallest (index, value) pairs by a stable NumPy sort; non-candidates (INT_MAX) -> (0, INT_MAX)."""
     order = np.argsort(score, kind="stable")[:g]
     val = score[order]
-    return np.where(val == gc._INT_MAX, 0, order), val
+    return np.where(val == formulation.INT_MAX, 0, order), val
 
 
 @pytest.mark.parametrize("name", ["cpu", "gpu"])
@@ -108,15 +108,15 @@ def test_smallest_matches_a_stable_sort_with_ties_and_non_candidates(name):
     # Greedy-like scores in [0, 8] with many ties, a third of them non-candidates (INT_MAX), and
     # hash-like scores for the unpacked search; g runs past the number of candidates.
     rng = np.random.default_rng(5)
-    imax = gc._INT_MAX
+    imax = formulation.INT_MAX
     greedy = np.where(rng.random(50) < 0.33, imax, rng.integers(0, 9, 50)).astype(np.int32)
     hashed = np.where(rng.random(50) < 0.33, imax, rng.integers(0, 40, 50)).astype(np.int32)
-    with gc.formulation(name):
+    with formulation.use(name):
         for score, max_score in ((greedy, 8), (hashed, None)):
             n_cand = int((score < imax).sum())
             for g in (1, 5, n_cand + 3):
                 # A fresh function per trace: jit caches traces per function, whatever the formulation.
-                search = lambda s: gc.smallest(s, g, max_score)  # noqa: B023, E731
+                search = lambda s: formulation.smallest(s, g, max_score)  # noqa: B023, E731
                 assert ("top_k" in str(jax.make_jaxpr(search)(score))) == (name == "gpu")
                 idx, val = jax.jit(search)(jnp.asarray(score))
                 want_idx, want_val = _smallest_by_sorting(score, g)
@@ -157,19 +157,19 @@ def test_overwrite_conserves_pages_and_loses_none_after_every_step(victim):
 
 def test_duplicate_writes_within_a_chunk_keep_only_the_last_copy():
     lp = jnp.array([5, 2, 5, 7, 2, 5], jnp.int32)
-    last, first = ow._last_and_first(lp)
+    last, first = formulation.last_and_first(lp)
     assert last.tolist() == [False, False, False, True, True, True]
     assert first.tolist() == [True, True, False, True, False, False]
 
 
 def test_in_map_duplicate_masks_equal_the_pairwise_ones_and_leave_the_map_unchanged():
     rs = np.random.default_rng(5)
-    fn = jax.jit(ow._last_and_first_in)
+    fn = jax.jit(formulation.last_and_first_in)
     for n, size in ((6, 8), (64, 40), (256, 1000)):
         lp = jnp.asarray(rs.integers(0, size, n), jnp.int32)
         l2p = jnp.asarray(rs.integers(-1, 10_000, size), jnp.int32)
         last, first, old, back = fn(lp, l2p)
-        want_last, want_first = ow._last_and_first(lp)
+        want_last, want_first = formulation.last_and_first(lp)
         assert last.tolist() == want_last.tolist() and first.tolist() == want_first.tolist()
         assert old.tolist() == l2p[lp].tolist() and back.tolist() == l2p.tolist()
 
@@ -253,19 +253,19 @@ def test_cli_kv_lifetime_reports_the_closest_label_fallback(capsys):
 
 @pytest.mark.parametrize("victim", gc.VICTIMS)
 def test_cpu_and_gpu_formulations_give_identical_results(victim):
-    # gc.on_cpu() picks tree-minimum passes and in-map duplicate detection on a CPU, one top_k and
+    # formulation.on_cpu() picks tree-minimum passes and in-map duplicate detection on a CPU, one top_k and
     # n² compares elsewhere; both must give the same streams bit for bit (forced here on one machine).
     bc = gc.BlockConfig(n_blocks=64, pages_per_block=16, victim=victim, victims_per_gc=8)
     cfg = ow.OverwriteConfig(blocks=bc, logical_pages=800, chunk_pages=32, warmup_chunks=20, measure_chunks=30,
                              gc_rounds=1)
     res = {}
     for name in ("cpu", "gpu"):
-        with gc.formulation(name):
+        with formulation.use(name):
             fn = jax.jit(jax.vmap(lambda i: ow.simulate(i, SEED, ow.default_knobs(cfg), cfg)))
             res[name] = jax.tree_util.tree_map(np.asarray, fn(jnp.arange(4, dtype=jnp.int32)))
     assert res["cpu"]["migrated_pages"].min() > 0
     for key in res["cpu"]:
         np.testing.assert_array_equal(res["cpu"][key], res["gpu"][key], err_msg=key)
-    with pytest.raises(gc.GcConfigError, match="must be 'cpu' or 'gpu'"):
-        with gc.formulation("tpu"):
+    with pytest.raises(ValueError, match="must be 'cpu' or 'gpu'"):
+        with formulation.use("tpu"):
             pass

@@ -2,9 +2,10 @@
 
 GPU scale (scale 1): 1,024 streams × 4,096 blocks × 64 pages, uniform overwrites at spare factor
 0.15 with greedy victims, after a sequential fill and two drive writes of warm-up (outside the
-timing). On a GPU the bench also times the CPU formulations and bigger chunks (``GPU_EXTRA``). The reference is ``hbfjax.flash.gc_reference``: the same policy written the usual way,
-one host write and one victim at a time in NumPy/Python, one stream; it times its own writes after
-its fill and one drive write of warm-up. Stalled chunks (host waiting for GC)
+timing). On a GPU the bench also times the CPU formulations and bigger chunks (``GPU_EXTRA``).
+The reference is ``hbfjax.flash.gc_reference``: the same policy written the usual way, one host
+write and one victim at a time in NumPy/Python, one stream; it times its own writes after its fill
+and one drive write of warm-up. Stalled chunks (host waiting for GC)
 write nothing and are not counted as writes. On a CPU the measured streams run ``MAP_STREAMS_CPU``
 at a time (``lax.map`` inside the one jit, as ``batch.compiled(map_streams=...)``): the same work and
 results, with each group's block arrays in cache.
@@ -21,7 +22,7 @@ import jax.numpy as jnp
 from hbfjax import batch
 from hbfjax.bench._profile import maybe_profile
 from hbfjax.bench._timing import row, time_compiled
-from hbfjax.flash import gc, gc_overwrite as ow
+from hbfjax.flash import formulation, gc, gc_overwrite as ow
 from hbfjax.flash.gc_reference import overwrite_waf
 
 SPARE = 0.15
@@ -95,7 +96,7 @@ def _measure_variant(variant: Variant, streams: int, blocks: int, formulations: 
     native = formulations[0]
     rows = []
     for name in formulations:
-        with gc.formulation(name):  # traced (on the first call) inside
+        with formulation.use(name):  # traced (on the first call) inside
             # A new function object each time: jit caches traces per function, so jit(measure)
             # again would reuse the first formulation's trace.
             fn = jax.jit(lambda state, ids: measure(state, ids))
@@ -120,7 +121,7 @@ def run(scale: float) -> list[dict]:
     blocks = max(64, int(4096 * scale))
     logical = int(round((1 - SPARE) * blocks * PAGES))
     ref = _reference_s_per_write(blocks, logical)
-    if gc.on_cpu():
+    if formulation.on_cpu():
         return _measure_variant(DEFAULT, streams, blocks, ("cpu",), ref, scale)
     # On a GPU also time the CPU formulations (bit-identical results): which is faster there is measured.
     return [r for v in (DEFAULT,) + GPU_EXTRA for r in _measure_variant(v, streams, blocks, ("gpu", "cpu"), ref, scale)]

@@ -8,14 +8,14 @@ slot = request-isolated; one per lifetime label = lifetime-labelled packing; a p
 DASH weight-owned blocks that are never GC victims). New blocks come from a ring of erased blocks.
 
 Vectorised for vmap (DESIGN.md §3): ``append`` places a whole batch of pages with one cumulative
-sum per class, and ``reclaim`` picks up to ``victims_per_gc`` victims with g argmin passes over the
-block array and migrates their valid pages as one batch — so the O(blocks) victim search is paid
-once per chunk of host writes, not once per write; streams that need no GC mask it away.
+sum per class, and ``reclaim`` picks up to ``victims_per_gc`` victims in one search of the block
+array (``formulation.smallest``) and migrates their valid pages as one batch — so the O(blocks)
+victim search is paid once per chunk of host writes, not once per write; streams that need no GC
+mask it away.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from dataclasses import dataclass
 
@@ -23,10 +23,10 @@ import jax
 import jax.numpy as jnp
 
 from hbfjax import rng
+from hbfjax.flash.formulation import INT_MAX, after_read, smallest
 
 VICTIMS = ("greedy", "fifo", "random")
 FREE, OPEN, CLOSED = 0, 1, 2  # block status
-_INT_MAX = jnp.iinfo(jnp.int32).max
 
 
 class GcConfigError(ValueError):
@@ -271,121 +271,7 @@ def victim_score(state: BlockState, seed: jax.Array, stream_id: jax.Array, confi
         h = rng.mix(seed, stream_id, state.gc_calls, jnp.arange(config.n_blocks), 0x6C)
         score = (h >> 1).astype(jnp.int32)
     candidate = (state.status == CLOSED) & (state.block_class != config.protected_class)
-    return jnp.where(candidate, jnp.minimum(score, _INT_MAX - 1), _INT_MAX)
-
-
-def after_read(x: jax.Array, read: jax.Array) -> jax.Array:
-    """``x`` unchanged, made data-dependent on ``read`` (values read from an array, all > INT32_MIN).
-
-    An in-place scatter into an array that was read before must wait for the read; when the
-    scatter's values do not depend on that read, XLA (jax 0.10) copies the whole array instead of
-    ordering the two. Feeding the read into the values orders them: no copy.
-    """
-    return jnp.where(read == jnp.iinfo(jnp.int32).min, 0, x)
-
-
-_FORMULATION: list[str | None] = [None]  # forced by ``formulation(...)``; None: follow the backend
-
-
-def on_cpu() -> bool:
-    """True when the CPU formulations are in use (bit-identical results either way).
-
-    Follows the backend arrays are placed on unless ``formulation`` forces one. Read at trace time.
-    """
-    forced = _FORMULATION[0]
-    return jax.default_backend() == "cpu" if forced is None else forced == "cpu"
-
-
-@contextlib.contextmanager
-def formulation(name: str):
-    """Trace GC code with the ``"cpu"`` or ``"gpu"`` formulations whatever the backend (benchmarks
-    compare both on one machine). Functions traced inside keep the formulation they were traced with.
-
-    ``jax.jit`` caches traces per function object, not per formulation: jit a new function (e.g. a
-    fresh lambda) inside the block, or a function traced before is reused with its old formulation.
-    """
-    require(name in ("cpu", "gpu"), "formulation", "name", name, "must be 'cpu' or 'gpu'")
-    previous, _FORMULATION[0] = _FORMULATION[0], name
-    try:
-        yield
-    finally:
-        _FORMULATION[0] = previous
-
-
-def _tree_min(x: jax.Array) -> jax.Array:
-    """Minimum over the last axis as a halving tree of elementwise ``jnp.minimum`` (XLA CPU
-    vectorises these; its integer min/argmin *reductions* run several times slower)."""
-    n = x.shape[-1]
-    while n > 1:
-        h = n // 2
-        lo = jnp.minimum(x[..., :h], x[..., h:2 * h])
-        x = jnp.concatenate([lo, x[..., 2 * h:]], axis=-1) if n % 2 else lo
-        n = x.shape[-1]
-    return x[..., 0]
-
-
-def smallest(score: jax.Array, g: int, max_score: int | None = None) -> tuple[jax.Array, jax.Array]:
-    """(indices, values) of the g smallest entries of int32 ``score``, ascending, ties by index.
-
-    Entries equal to INT_MAX (not candidates) come back as index 0, value INT_MAX. With
-    ``max_score`` (every entry is in [0, max_score] or INT_MAX, e.g. greedy valid counts) the
-    search runs on the packed key score·B + index, unique and ordered as (score, index).
-    On a CPU: exactly g masked minimum passes of elementwise ops and tree minima, no scatter —
-    deliberately not ``lax.top_k``/sort: on XLA CPU (jax 0.10) anything that depends on a sort's
-    output made the following batched scatters ~20× slower. Elsewhere: one ``lax.top_k`` (one
-    kernel instead of g passes, each a launch inside the chunk loop). Both give the same result.
-    """
-    b = score.shape[-1]
-    if max_score is not None and (max_score + 2) * b <= _INT_MAX:
-        iota = jnp.arange(b, dtype=jnp.int32)
-        top = (max_score + 1) * b  # INT_MAX entries pack as max_score + 1 (after every real score)
-        key = jnp.where(score == _INT_MAX, top, score * b) + iota
-        mins = _smallest_keys_top_k(key, g, top + b) if not on_cpu() else _smallest_keys_passes(key, g)
-        real = mins < top
-        return jnp.where(real, mins % b, 0), jnp.where(real, mins // b, _INT_MAX)
-    if on_cpu():
-        return _smallest_passes(score, g)
-    neg, idx = jax.lax.top_k(-score, g)  # ties: lower index first (lax.top_k's contract)
-    val = -neg
-    return jnp.where(val == _INT_MAX, 0, idx).astype(jnp.int32), val
-
-
-def _smallest_passes(score: jax.Array, g: int) -> tuple[jax.Array, jax.Array]:
-    """``smallest`` of an unpacked score as g masked argmin passes (value minimum, then index minimum)."""
-    b = score.shape[-1]
-    iota = jnp.arange(b, dtype=jnp.int32)
-
-    def body(sc, _):
-        m = _tree_min(sc)
-        i = _tree_min(jnp.where(sc == m, iota, b))
-        i = jnp.where(i == b, 0, i)  # unreachable (m is an entry), kept for argmin's index range
-        return jnp.where(iota == i, _INT_MAX, sc), (i, m)
-
-    _, (idx, val) = jax.lax.scan(body, score, None, length=g)
-    return idx, val
-
-
-def _smallest_keys_passes(key: jax.Array, g: int) -> jax.Array:
-    """int32[g] the g smallest of the distinct keys ``key`` int32[B], ascending: g tree-minimum passes."""
-    def body(k, _):
-        m = _tree_min(k)
-        return jnp.where(k == m, _INT_MAX, k), m
-
-    _, mins = jax.lax.scan(body, key, None, length=g)
-    return mins
-
-
-def _smallest_keys_top_k(key: jax.Array, g: int, key_bound: int) -> jax.Array:
-    """int32[g] the g smallest of the distinct keys ``key`` int32[B] in [0, key_bound), ascending: one top_k.
-
-    Keys below 2^24 are exact in float32, whose top_k has a dedicated XLA GPU kernel for g ≤ 16
-    (an integer top_k is lowered as a sort); larger keys stay int32.
-    """
-    if key_bound <= 2**24:
-        neg, _ = jax.lax.top_k(-key.astype(jnp.float32), g)
-        return (-neg).astype(jnp.int32)
-    neg, _ = jax.lax.top_k(-key, g)
-    return -neg
+    return jnp.where(candidate, jnp.minimum(score, INT_MAX - 1), INT_MAX)
 
 
 def reclaim(state: BlockState, target_free_pages: jax.Array, seed: jax.Array, stream_id: jax.Array,
@@ -415,7 +301,7 @@ def reclaim(state: BlockState, target_free_pages: jax.Array, seed: jax.Array, st
     score = victim_score(state, seed, stream_id, config)
     victims, best = smallest(score, config.victims_per_gc,
                              config.pages_per_block if config.victim == "greedy" else None)
-    cand = best < _INT_MAX
+    cand = best < INT_MAX
     # Full blocks stay candidates (a random or FIFO victim may be full: that is the policy modelled).
     v = jnp.where(cand, state.valid[victims], 0)
     gain = jnp.where(cand, k - v, 0)

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from hbfjax import rng
-from hbfjax.flash import gc
+from hbfjax.flash import formulation, gc
 from hbfjax.flash.gc import BlockConfig, BlockState, require
 
 WORKLOADS = ("uniform", "hotcold")
@@ -131,43 +131,6 @@ def draw_logical(seed, stream_id, chunk, knobs: OverwriteKnobs, config: Overwrit
     return jnp.where(hot, rng.uniform_index(u, n_hot), n_hot + rng.uniform_index(u, n - n_hot))
 
 
-def _last_and_first(lp: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """bool[n] masks: entry is the last / first occurrence of its value within the batch.
-
-    All-pairs comparison (n² booleans, n = chunk): on XLA CPU a sort here made every scatter fed
-    by its result far slower than this (see ``gc.smallest``). On a CPU ``step`` uses the O(n)
-    form ``_last_and_first_in``, which gives the same masks; on a GPU this one.
-    """
-    n = lp.shape[0]
-    same = lp[:, None] == lp[None, :]
-    i = jnp.arange(n)
-    later = same & (i[None, :] > i[:, None])
-    earlier = same & (i[None, :] < i[:, None])
-    return ~later.any(axis=1), ~earlier.any(axis=1)
-
-
-def _last_and_first_in(lp: jax.Array, l2p: jax.Array):
-    """``_last_and_first(lp)`` with O(n) scatters, borrowing the map ``l2p`` (values ≥ −1) as scratch.
-
-    A scatter-min of −2 − i over the entries of each value leaves −2 − (its last index) there
-    (all < −1, below every map value); a scatter-max of n − 1 − i (≥ 0) then leaves n − 1 − (its
-    first index). The touched entries are put back (every duplicate writes the same old value), so
-    the returned map equals ``l2p``: the same masks, bit for bit, without the n² comparisons that
-    dominated a chunk on a CPU. Each scatter's values depend on the read before it (``gc.after_read``), so
-    the map is updated in place, never copied.
-    Values of ``lp`` must lie in [0, len(l2p)). Returns (last, first, old = l2p[lp], l2p).
-    """
-    n = lp.shape[0]
-    i = jnp.arange(n, dtype=jnp.int32)
-    old = l2p[lp]
-    tag_last, tag_first = -2 - i, n - 1 - i
-    scratch = l2p.at[lp].min(gc.after_read(tag_last, old))  # every touched entry now holds a tag_last, all < −1
-    got = scratch[lp]
-    scratch = scratch.at[lp].max(gc.after_read(tag_first, got))  # tag_first ≥ 0 beats them: n − 1 − (first index)
-    got_first = scratch[lp]
-    return got == tag_last, got_first == tag_first, old, scratch.at[lp].set(gc.after_read(old, got_first))
-
-
 def _remap(l2p, moved, k):
     owners, blk, page, mask = moved
     return l2p.at[jnp.where(mask, owners, l2p.shape[0])].set(blk * k + page, mode="drop")
@@ -192,17 +155,14 @@ def step(state: OverwriteState, seed, stream_id, knobs: OverwriteKnobs, config: 
     pool_post = gc.free_blocks(st) * k
     go = (free_post >= config.chunk_pages + k) & (pool_post >= target)
     lp = draw_logical(seed, stream_id, state.chunk, knobs, config)
-    if gc.on_cpu():
-        last, first, old, l2p = _last_and_first_in(lp, l2p)
-    else:  # on a GPU the n² compares of one chunk are cheap next to three scatters into the map
-        (last, first), old = _last_and_first(lp), l2p[lp]
+    last, first, old, l2p = formulation.duplicates(lp, l2p)
     last, first = last & go, first & go
     old_blk = jnp.where(first, old // k, bc.n_blocks)
     owner = st.owner.at[old_blk, old % k].set(-1, mode="drop")
     valid = st.valid.at[old_blk].add(-1, mode="drop")
     st = dataclasses.replace(st, owner=owner, valid=valid)
     st, blk, off = gc.append(st, jnp.where(last, lp, -1), jnp.zeros_like(lp), jnp.broadcast_to(go, lp.shape), bc)
-    l2p = l2p.at[jnp.where(last, lp, l2p.shape[0])].set(gc.after_read(blk * k + off, old), mode="drop")
+    l2p = l2p.at[jnp.where(last, lp, l2p.shape[0])].set(formulation.after_read(blk * k + off, old), mode="drop")
     st = dataclasses.replace(st, host_pages=st.host_pages + jnp.where(go, config.chunk_pages, 0))
     free_mean = 0.5 * (free_pre + free_post).astype(jnp.float32)
     return OverwriteState(blocks=st, l2p=l2p, chunk=state.chunk + 1,
