@@ -5,10 +5,10 @@ GPU scale (scale 1): 1,024 streams × 4,096 blocks × 64 pages, uniform overwrit
 timing). On a GPU the bench also times the CPU formulations and bigger chunks (``GPU_EXTRA``).
 The reference is ``hbfjax.flash.gc_reference``: the same policy written the usual way, one host
 write and one victim at a time in NumPy/Python, one stream; it times its own writes after its fill
-and one drive write of warm-up. Stalled chunks (host waiting for GC)
-write nothing and are not counted as writes. On a CPU the measured streams run ``MAP_STREAMS_CPU``
-at a time (``lax.map`` inside the one jit, as ``batch.compiled(map_streams=...)``): the same work and
-results, with each group's block arrays in cache.
+and one drive write of warm-up. Stalled chunks (host waiting for GC) write nothing and are not
+counted as writes. On a CPU the measured streams run ``MAP_STREAMS_CPU`` at a time (``lax.map``
+inside the one jit, as ``batch.compiled(map_streams=...)``): the same work and results, with each
+group's block arrays in cache.
 """
 
 from __future__ import annotations

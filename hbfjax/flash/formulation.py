@@ -1,9 +1,9 @@
 """Array primitives of the GC simulation, each in a CPU and a GPU formulation with identical results.
 
-XLA's CPU and GPU backends favour different programs for the same result (DESIGN.md §3): on a CPU,
-elementwise passes and scatters; on a GPU, few kernels. Which formulation is traced follows the
-backend (``on_cpu``) unless ``use("cpu" | "gpu")`` forces one, so one machine can compare both; the
-tests check that both give the same results bit for bit.
+XLA's CPU and GPU backends favour different programs for the same result (DESIGN.md §3, "GPU
+habits"): on a CPU, elementwise passes and scatters; on a GPU, few kernels per scan step. Which
+formulation is traced follows the backend (``on_cpu``) unless ``use("cpu" | "gpu")`` forces one, so
+one machine can compare both; the tests check that both give the same results bit for bit.
 
 - ``smallest``: the g best GC victims (g tree-minimum passes on a CPU; one ``lax.top_k`` elsewhere).
 - ``duplicates``: last/first copy of each logical page in a chunk (in-map scatters on a CPU;
