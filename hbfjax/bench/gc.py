@@ -54,6 +54,11 @@ DEFAULT = Variant(chunk_pages=4 * PAGES, victims_per_gc=16, gc_rounds=1)
 GPU_EXTRA = (Variant(16 * PAGES, 64, 1), Variant(16 * PAGES, 16, 4))
 
 
+def _logical_pages(blocks: int) -> int:
+    """Logical pages of a device of ``blocks`` × PAGES at spare factor SPARE."""
+    return int(round((1 - SPARE) * blocks * PAGES))
+
+
 def _reference_s_per_write(blocks: int, logical: int, host_writes: int = 30_000) -> float:
     """Seconds per host write of the sequential reference in steady state (after one drive write)."""
     res = overwrite_waf(blocks, PAGES, logical, "greedy", host_writes=host_writes, warmup_writes=logical,
@@ -66,7 +71,7 @@ def _measure_variant(variant: Variant, streams: int, blocks: int, formulations: 
     """Warm up (two drive writes), then time ``MEASURE_CHUNKS`` chunks once per formulation."""
     bc = gc.BlockConfig(n_blocks=blocks, pages_per_block=PAGES, victim="greedy",
                         victims_per_gc=variant.victims_per_gc)
-    logical = int(round((1 - SPARE) * bc.physical_pages))
+    logical = _logical_pages(blocks)
     warm_chunks = 2 * logical // variant.chunk_pages  # two drive writes: past the post-fill transient
     cfg = ow.OverwriteConfig(blocks=bc, logical_pages=logical, chunk_pages=variant.chunk_pages, warmup_chunks=0,
                              measure_chunks=MEASURE_CHUNKS, gc_rounds=variant.gc_rounds)
@@ -119,8 +124,7 @@ def _measure_variant(variant: Variant, streams: int, blocks: int, formulations: 
 def run(scale: float) -> list[dict]:
     streams = max(8, int(1024 * scale))
     blocks = max(64, int(4096 * scale))
-    logical = int(round((1 - SPARE) * blocks * PAGES))
-    ref = _reference_s_per_write(blocks, logical)
+    ref = _reference_s_per_write(blocks, _logical_pages(blocks))
     if formulation.on_cpu():
         return _measure_variant(DEFAULT, streams, blocks, ("cpu",), ref, scale)
     # On a GPU also time the CPU formulations (bit-identical results): which is faster there is measured.

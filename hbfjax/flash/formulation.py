@@ -94,9 +94,15 @@ def smallest(score: jax.Array, g: int, max_score: int | None = None) -> tuple[ja
         return jnp.where(real, mins % b, 0), jnp.where(real, mins // b, INT_MAX)
     if on_cpu():
         return _smallest_passes(score, g)
-    neg, idx = jax.lax.top_k(-score, g)  # ties: lower index first (lax.top_k's contract)
-    val = -neg
+    val, idx = _top_k_smallest(score, g)
     return jnp.where(val == INT_MAX, 0, idx).astype(jnp.int32), val
+
+
+def _top_k_smallest(x: jax.Array, g: int) -> tuple[jax.Array, jax.Array]:
+    """(values, indices) of the g smallest entries of ``x`` (no INT32_MIN), ascending: one ``lax.top_k``
+    of −x (ties: lower index first, lax.top_k's contract)."""
+    neg, idx = jax.lax.top_k(-x, g)
+    return -neg, idx
 
 
 def _smallest_passes(score: jax.Array, g: int) -> tuple[jax.Array, jax.Array]:
@@ -130,11 +136,9 @@ def _smallest_keys_top_k(key: jax.Array, g: int, key_bound: int) -> jax.Array:
     Keys below 2^24 are exact in float32, whose top_k has a dedicated XLA GPU kernel for g ≤ 16
     (an integer top_k is lowered as a sort); larger keys stay int32.
     """
-    if key_bound <= 2**24:
-        neg, _ = jax.lax.top_k(-key.astype(jnp.float32), g)
-        return (-neg).astype(jnp.int32)
-    neg, _ = jax.lax.top_k(-key, g)
-    return -neg
+    exact_f32 = key_bound <= 2**24
+    mins, _ = _top_k_smallest(key.astype(jnp.float32) if exact_f32 else key, g)
+    return mins.astype(jnp.int32)
 
 
 def last_and_first(lp: jax.Array) -> tuple[jax.Array, jax.Array]:
