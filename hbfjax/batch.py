@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from hbfjax.validate import ConfigError
 
 StreamFn = Callable[[jax.Array, jax.Array, Any, Any], Any]
 
@@ -83,7 +84,7 @@ def run(fn: StreamFn, n_streams: int, seed: int, knobs, config, *, knob_axis: bo
     ``progress`` a line per chunk goes to stderr. ``map_streams``: see :func:`compiled`.
     """
     if n_streams < 1:
-        raise ValueError(f"n_streams = {n_streams}: need at least one stream")
+        raise ConfigError(f"n_streams = {n_streams}: need at least one stream")
     chunk = n_streams if chunk_streams is None else max(1, min(chunk_streams, n_streams))
     map_streams = min(map_streams, chunk) if map_streams else None
     batched = compiled(fn, knob_axis, map_streams)

@@ -9,8 +9,8 @@ import pkgutil
 import sys
 
 from hbfjax import commands
-from hbfjax.hardware import SpecError
 from hbfjax.traces import TraceError
+from hbfjax.validate import ConfigError
 
 DESCRIPTION = """\
 Batched Monte Carlo of High-Bandwidth Flash (HBF) memory for LLM inference.
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (SpecError, TraceError, ValueError) as err:
+    except (ConfigError, TraceError, ValueError) as err:
         print(f"hbfjax {args.command}: error: {err}", file=sys.stderr)
         return 2
 

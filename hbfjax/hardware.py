@@ -13,25 +13,22 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from hbfjax.validate import ConfigError, require
+
 KiB = 1024
 MiB = 1024 * KiB
 GB = 10**9
 MB = 10**6
 
 
-class SpecError(ValueError):
-    """A hardware or model specification value breaks a rule; the message names field, value and rule."""
-
-
-def _require(ok: bool, cls: str, field_name: str, value, rule: str) -> None:
-    if not ok:
-        raise SpecError(f"{cls}.{field_name} = {value!r}: {rule}")
+# A hardware or model specification value breaks a rule: the project's one configuration error.
+SpecError = ConfigError
 
 
 def _require_positive(obj, names: tuple[str, ...]) -> None:
     for name in names:
         value = getattr(obj, name)
-        _require(value is not None and value > 0, type(obj).__name__, name, value, "must be > 0")
+        require(value is not None and value > 0, type(obj).__name__, name, value, "must be > 0")
 
 
 @dataclass(frozen=True)
@@ -64,16 +61,16 @@ class HbfSpec:
         _require_positive(self, ("stacks", "dies_per_stack", "planes_per_die", "subarrays_per_plane",
                                  "blocks_per_plane", "pages_per_block", "page_bytes", "t_read_us",
                                  "t_prog_us", "sram_regions_per_stack", "pe_cycles"))
-        _require(self.sram_bytes_per_stack >= 0, cls, "sram_bytes_per_stack", self.sram_bytes_per_stack,
+        require(self.sram_bytes_per_stack >= 0, cls, "sram_bytes_per_stack", self.sram_bytes_per_stack,
                  "must be >= 0")
         for name in ("read_bw_gbps_per_stack", "write_bw_gbps_per_stack", "link_bw_gbps"):
             value = getattr(self, name)
-            _require(value is None or value > 0, cls, name, value, "must be > 0 or None")
-        _require(self.page_bytes % 512 == 0, cls, "page_bytes", self.page_bytes,
+            require(value is None or value > 0, cls, name, value, "must be > 0 or None")
+        require(self.page_bytes % 512 == 0, cls, "page_bytes", self.page_bytes,
                  "must be a multiple of 512 B (a NAND page)")
-        _require(self.t_prog_us >= self.t_read_us, cls, "t_prog_us", self.t_prog_us,
+        require(self.t_prog_us >= self.t_read_us, cls, "t_prog_us", self.t_prog_us,
                  f"a NAND program is slower than a read (t_read_us = {self.t_read_us})")
-        _require(self.sram_bytes_per_stack % self.sram_regions_per_stack == 0, cls, "sram_regions_per_stack",
+        require(self.sram_bytes_per_stack % self.sram_regions_per_stack == 0, cls, "sram_regions_per_stack",
                  self.sram_regions_per_stack, "must divide sram_bytes_per_stack into equal regions")
 
     # --- derived geometry -------------------------------------------------------------------
@@ -144,7 +141,7 @@ class HbmSpec:
     def __post_init__(self) -> None:
         _require_positive(self, ("stacks", "capacity_bytes_per_stack", "bw_gbps_per_stack",
                                  "relay_sram_regions_per_stack"))
-        _require(self.relay_sram_bytes_per_stack % self.relay_sram_regions_per_stack == 0, type(self).__name__,
+        require(self.relay_sram_bytes_per_stack % self.relay_sram_regions_per_stack == 0, type(self).__name__,
                  "relay_sram_regions_per_stack", self.relay_sram_regions_per_stack,
                  "must divide relay_sram_bytes_per_stack into equal regions")
 

@@ -12,6 +12,7 @@ from hbfjax.commands._common import add_common_args, add_preset_arg, emit, prese
 from hbfjax.flash import collide, workingset
 from hbfjax.hardware import preset
 from hbfjax.stats import mean_ci95
+from hbfjax.validate import ConfigError
 
 HELP = "plane collisions of HBF reads: waves, amplification, hot-plane offload"
 DESCRIPTION = """\
@@ -80,7 +81,7 @@ def _planes_and_block(args) -> tuple[int, int, object]:
     planes = args.planes or spec.hbf.parallel_units
     block = args.pages_per_block or spec.hbf.pages_per_block
     if planes < 1:
-        raise ValueError(f"--planes = {planes}: must be >= 1")
+        raise ConfigError(f"--planes = {planes}: must be >= 1")
     return planes, block, spec
 
 
@@ -90,7 +91,7 @@ def context_pool(args) -> np.ndarray:
         tokens = traces.load_trace(args.trace).context_tokens
     else:
         if args.context_tokens_mean <= 0 or args.context_tokens_sigma < 0:
-            raise ValueError("--context-tokens-mean must be > 0 and --context-tokens-sigma >= 0")
+            raise ConfigError("--context-tokens-mean must be > 0 and --context-tokens-sigma >= 0")
         sigma = args.context_tokens_sigma
         mu = np.log(args.context_tokens_mean) - sigma**2 / 2
         tokens = np.random.default_rng(args.seed).lognormal(mu, sigma, 8192)
@@ -112,7 +113,7 @@ def run(args) -> int:
     group = args.group_size or planes
     collide.check_group_size(planes, group)
     if not 0.0 <= args.offload_fraction < 1.0:
-        raise ValueError(f"--offload-fraction = {args.offload_fraction}: must be in [0, 1)")
+        raise ConfigError(f"--offload-fraction = {args.offload_fraction}: must be in [0, 1)")
     page_bytes = spec.hbf.page_bytes
     if args.workload == "read":
         return _run_read(args, planes, block, group, spec, page_bytes)
@@ -121,7 +122,7 @@ def run(args) -> int:
 
 def _run_read(args, planes, block, group, spec, page_bytes) -> int:
     if args.pages < 1:
-        raise ValueError(f"--pages = {args.pages}: must be >= 1")
+        raise ConfigError(f"--pages = {args.pages}: must be >= 1")
     config = collide.ReadConfig(planes=planes, max_pages=args.pages, placement=args.placement, page_bytes=page_bytes,
                                 t_read_us=spec.hbf.t_read_us, read_bw_gbps=spec.hbf.read_bw_gbps,
                                 offload=args.offload_fraction > 0)

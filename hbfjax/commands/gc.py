@@ -10,6 +10,7 @@ from hbfjax.commands._common import add_common_args, emit
 from hbfjax.flash import endurance, gc_analytic, gc_overwrite, kv_lifetimes
 from hbfjax.flash.gc import BlockConfig, summarize
 from hbfjax.hardware import preset
+from hbfjax.validate import ConfigError
 
 TB = 1e12
 
@@ -115,12 +116,12 @@ def _kv(args, streams):
 
 def main(args) -> int:
     if not 0.0 < args.spare_factor < 1.0:
-        raise ValueError(f"--spare-factor = {args.spare_factor}: must be in (0, 1)")
+        raise ConfigError(f"--spare-factor = {args.spare_factor}: must be in (0, 1)")
     if args.streams < 1:
-        raise ValueError(f"--streams = {args.streams}: must be >= 1")
+        raise ConfigError(f"--streams = {args.streams}: must be >= 1")
     for name in ("drive_writes", "daily_write_tb"):
         if not getattr(args, name) > 0:
-            raise ValueError(f"--{name.replace('_', '-')} = {getattr(args, name)}: must be > 0")
+            raise ConfigError(f"--{name.replace('_', '-')} = {getattr(args, name)}: must be > 0")
     # configuration errors (GcConfigError, SpecError: both ValueErrors) reach hbfjax.cli, which
     # prints them and exits with status 2 like every subcommand
     hbf = preset(args.preset).hbf

@@ -15,6 +15,7 @@ from hbfjax.flash import scenarios as sc
 from hbfjax.flash import writeback as wb
 from hbfjax.flash.timeline import standard_timeline
 from hbfjax.hardware import preset
+from hbfjax.validate import ConfigError
 
 HELP = """\
 Program/read interference (HBFlex §3.2, §5.3; DASH §V-B, §VI-F). Each iteration runs every layer's
@@ -101,7 +102,7 @@ def _ci(out: dict, key: str):
 
 def run_synthetic(args) -> int:
     if args.pages_per_iter is None or args.window_pages is None:
-        raise ValueError("--synthetic needs --pages-per-iter and --window-pages")
+        raise ConfigError("--synthetic needs --pages-per-iter and --window-pages")
     lam, w = args.pages_per_iter, args.window_pages
     T = args.iterations or 4000
     warm = int(args.warmup) if args.warmup is not None else T // 4
@@ -183,7 +184,7 @@ def run(args) -> int:
     if args.synthetic:
         return run_synthetic(args)
     if args.pages_per_iter is not None or args.window_pages is not None:
-        raise ValueError("--pages-per-iter and --window-pages belong to --synthetic")
+        raise ConfigError("--pages-per-iter and --window-pages belong to --synthetic")
     if args.policy is None:
         args.policy = "dash-hbm" if args.preset == "dash" else "window"
     knobs = _knobs(args)

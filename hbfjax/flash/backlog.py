@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hbfjax import rng
+from hbfjax.validate import ConfigError
 
 SALT_ARRIVALS = 51
 
@@ -32,12 +33,12 @@ class BacklogConfig:
 
     def __post_init__(self) -> None:
         if not isinstance(self.iterations, int) or self.iterations < 1:
-            raise ValueError(f"BacklogConfig.iterations = {self.iterations!r}: must be an int >= 1")
+            raise ConfigError(f"BacklogConfig.iterations = {self.iterations!r}: must be an int >= 1")
         if not 0 <= self.warmup_iterations < self.iterations:
-            raise ValueError(f"BacklogConfig.warmup_iterations = {self.warmup_iterations!r}: must lie in "
+            raise ConfigError(f"BacklogConfig.warmup_iterations = {self.warmup_iterations!r}: must lie in "
                              f"[0, iterations = {self.iterations})")
         if not isinstance(self.max_arrivals, int) or self.max_arrivals < 1:
-            raise ValueError(f"BacklogConfig.max_arrivals = {self.max_arrivals!r}: must be an int >= 1")
+            raise ConfigError(f"BacklogConfig.max_arrivals = {self.max_arrivals!r}: must be an int >= 1")
 
 
 @jax.tree_util.register_dataclass
@@ -97,7 +98,7 @@ def exact_stationary(lam: float, w: int, tol: float = 1e-13, max_sweeps: int = 2
 
     Returns ``mean_backlog_pages``, ``p_backlog_positive`` and ``truncation`` (the lattice size)."""
     if not 0 <= lam < w:
-        raise ValueError(f"pages_per_iter = {lam!r}: a stationary backlog needs 0 <= λ < window_pages = {w}")
+        raise ConfigError(f"pages_per_iter = {lam!r}: a stationary backlog needs 0 <= λ < window_pages = {w}")
     K = poisson_table_size(lam) + 1
     k = np.arange(K)
     pmf = np.exp(k * math.log(max(lam, 1e-300)) - lam - np.array([math.lgamma(x + 1) for x in k]))

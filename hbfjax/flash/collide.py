@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from hbfjax import rng
-from hbfjax.hardware import SpecError
+from hbfjax.validate import ConfigError
 
 PLACEMENTS = ("random", "isolated", "plane-group")
 
@@ -60,13 +60,13 @@ def placement_knobs(group_size=1, pages_per_logical=1, pages_per_block=512, offl
 
 def _validate_placement(placement: str) -> None:
     if placement not in PLACEMENTS:
-        raise ValueError(f"placement = {placement!r}: choose one of {PLACEMENTS}")
+        raise ConfigError(f"placement = {placement!r}: choose one of {PLACEMENTS}")
 
 
 def check_group_size(planes: int, group_size: int) -> None:
-    """Raise SpecError unless G is a whole divisor of the planes (every plane in exactly one group)."""
+    """Raise ConfigError unless G is a whole divisor of the planes (every plane in exactly one group)."""
     if not 1 <= group_size <= planes or planes % group_size:
-        raise SpecError(f"group_size = {group_size}: plane groups must divide the {planes} planes evenly "
+        raise ConfigError(f"group_size = {group_size}: plane groups must divide the {planes} planes evenly "
                         f"(1 <= G <= {planes}, {planes} % G == 0)")
 
 
@@ -128,8 +128,8 @@ def _plane_loads_fn(planes: int):
         if not weight_batched:
             weight = jnp.broadcast_to(weight, (axis_size,) + weight.shape)
         if axis_size * planes >= 2**31:
-            raise ValueError(f"{axis_size} batched counters × {planes} bins exceed int32 indexing; "
-                             "simulate fewer streams at once (--chunk-streams)")
+            raise ConfigError(f"{axis_size} batched counters × {planes} bins exceed int32 indexing; "
+                             "simulate fewer streams at once (batch.run's chunk_streams)")
         offset = (jnp.arange(axis_size, dtype=jnp.int32) * planes).reshape((axis_size,) + (1,) * (plane.ndim - 1))
         flat = _plane_loads_fn(axis_size * planes)(plane + offset, weight)
         return flat.reshape(axis_size, planes), True
@@ -207,7 +207,7 @@ class ReadConfig:
         _validate_placement(self.placement)
         for name in ("planes", "max_pages", "page_bytes"):
             if getattr(self, name) < 1:
-                raise ValueError(f"ReadConfig.{name} = {getattr(self, name)}: must be >= 1")
+                raise ConfigError(f"ReadConfig.{name} = {getattr(self, name)}: must be >= 1")
 
 
 @jax.tree_util.register_dataclass

@@ -1,4 +1,5 @@
 """Flash lifetime from write amplification: DASH §VI-H formula and the HBFlex §3.3 budget.
+from hbfjax.validate import ConfigError
 
 Both return a dict with every input of the formula beside the result, so a reader can check it.
 Units: bytes, seconds, days; years are 365.25 days; TB = 1e12 B (as the papers).
@@ -13,7 +14,7 @@ DAYS_PER_YEAR = 365.25
 def _positive(**values) -> None:
     for name, v in values.items():
         if not v > 0:
-            raise ValueError(f"{name} = {v!r}: must be > 0")
+            raise ConfigError(f"{name} = {v!r}: must be > 0")
 
 
 def dash_lifetime(kv_capacity_bytes: float, pe_cycles: float, waf: float, write_bytes_per_s: float,

@@ -23,20 +23,14 @@ import jax
 import jax.numpy as jnp
 
 from hbfjax import rng
+from hbfjax.validate import ConfigError, require
 from hbfjax.flash.formulation import INT_MAX, after_read, smallest
 
 VICTIMS = ("greedy", "fifo", "random")
 FREE, OPEN, CLOSED = 0, 1, 2  # block status
 
 
-class GcConfigError(ValueError):
-    """A GC/workload configuration value breaks a rule; the message names field, value and rule."""
-
-
-def require(ok: bool, cls: str, name: str, value, rule: str) -> None:
-    """Raise ``GcConfigError('<cls>.<name> = <value>: <rule>')`` unless ``ok``."""
-    if not ok:
-        raise GcConfigError(f"{cls}.{name} = {value!r}: {rule}")
+GcConfigError = ConfigError  # the project's one configuration error (hbfjax.validate)
 
 
 @dataclass(frozen=True)

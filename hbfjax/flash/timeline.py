@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 import numpy as np
+from hbfjax.validate import ConfigError
 
 # The standard layer used by the CLI and figures (HBFlex Fig. 13a): weights of attention projections,
 # the QKV projection (new KV exists at its end), the KV read, attention, expert weights, expert FFN.
@@ -58,7 +59,7 @@ class Timeline:
 
 def _check(ok: bool, name: str, value, rule: str) -> None:
     if not ok:
-        raise ValueError(f"Timeline.{name} = {value!r}: {rule}")
+        raise ConfigError(f"Timeline.{name} = {value!r}: {rule}")
 
 
 def make_timeline(duration_us, is_read, kv_point, kv_bytes_per_token, plane_slots: int, *,
@@ -109,7 +110,7 @@ def standard_timeline(layers: int, kv_bytes_per_token_layer: float, plane_slots:
     """Identical layers of :data:`STANDARD_SEGMENTS` (HBFlex Fig. 13a); weight reads touch every plane
     and are prefetchable, the KV read touches ``kv_touch_fraction`` of the planes."""
     if layers < 1:
-        raise ValueError(f"layers = {layers!r}: must be >= 1")
+        raise ConfigError(f"layers = {layers!r}: must be >= 1")
     row = np.array([attn_weight_read_us, qkv_us, kv_read_us, attention_us, expert_weight_read_us, ffn_us], np.float32)
     pre = np.array([0, prefill_qkv_us_per_token, 0, prefill_attention_us_per_token, 0, prefill_ffn_us_per_token],
                    np.float32)

@@ -34,6 +34,7 @@ import numpy as np
 from hbfjax import rng
 from hbfjax.flash.collide import (PLACEMENTS, PlacementKnobs, group_count, max_load, offload_hot_planes,
                                   placement_knobs, plane_loads, striped_plane)
+from hbfjax.validate import ConfigError
 
 SCHEDULES = ("in-order", "placement-aware")
 HOT_PLANE_FACTOR = 1.5  # a plane is "hot" when its load exceeds 1.5 × the mean (HBFlex Fig. 5c)
@@ -63,13 +64,13 @@ class WorkingSetConfig:
         for name in ("planes", "slots", "max_logical_pages", "max_pages_per_logical", "chunk_logical_pages",
                      "chunks_per_wave", "measurements", "events_per_measurement", "page_bytes"):
             if getattr(self, name) < 1:
-                raise ValueError(f"WorkingSetConfig.{name} = {getattr(self, name)}: must be >= 1")
+                raise ConfigError(f"WorkingSetConfig.{name} = {getattr(self, name)}: must be >= 1")
         if self.placement not in PLACEMENTS:
-            raise ValueError(f"WorkingSetConfig.placement = {self.placement!r}: choose one of {PLACEMENTS}")
+            raise ConfigError(f"WorkingSetConfig.placement = {self.placement!r}: choose one of {PLACEMENTS}")
         if self.schedule not in SCHEDULES:
-            raise ValueError(f"WorkingSetConfig.schedule = {self.schedule!r}: choose one of {SCHEDULES}")
+            raise ConfigError(f"WorkingSetConfig.schedule = {self.schedule!r}: choose one of {SCHEDULES}")
         if self.max_logical_pages % self.chunk_logical_pages:
-            raise ValueError(f"WorkingSetConfig.chunk_logical_pages = {self.chunk_logical_pages}: must divide "
+            raise ConfigError(f"WorkingSetConfig.chunk_logical_pages = {self.chunk_logical_pages}: must divide "
                              f"max_logical_pages = {self.max_logical_pages}")
 
     @property
@@ -92,9 +93,9 @@ def attention_config(planes: int, slots: int, kv_bytes_per_token: float, *, logi
     """
     t = logical_page_tokens
     if t < 1 or chunk_tokens < t or chunk_tokens % t:
-        raise ValueError(f"chunk_tokens = {chunk_tokens}: must be a positive multiple of logical_page_tokens = {t}")
+        raise ConfigError(f"chunk_tokens = {chunk_tokens}: must be a positive multiple of logical_page_tokens = {t}")
     if kv_bytes_per_token <= 0:
-        raise ValueError(f"kv_bytes_per_token = {kv_bytes_per_token}: must be > 0")
+        raise ConfigError(f"kv_bytes_per_token = {kv_bytes_per_token}: must be > 0")
     chunk_logical = chunk_tokens // t
     max_logical = -(-max_context_tokens // chunk_tokens) * chunk_logical
     per_logical = max(1, -(-int(t * kv_bytes_per_token) // page_bytes))

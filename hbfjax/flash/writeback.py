@@ -31,6 +31,7 @@ import jax.numpy as jnp
 from hbfjax import rng
 from hbfjax.flash.interference import program_pages, read_wait_us, touched_slots
 from hbfjax.flash.timeline import Timeline, apply_prefetch, window_after
+from hbfjax.validate import ConfigError
 
 POLICIES = ("immediate", "stripe", "window", "dash-hbm", "dash-prefill-direct")
 SALT_PHASE, SALT_TOUCH, SALT_PREFILL = 41, 42, 43
@@ -49,13 +50,13 @@ class WritebackConfig:
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
-            raise ValueError(f"WritebackConfig.policy = {self.policy!r}: choose one of {POLICIES}")
+            raise ConfigError(f"WritebackConfig.policy = {self.policy!r}: choose one of {POLICIES}")
         for name in ("layers", "segments", "plane_slots", "iterations"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
-                raise ValueError(f"WritebackConfig.{name} = {v!r}: must be an int >= 1")
+                raise ConfigError(f"WritebackConfig.{name} = {v!r}: must be an int >= 1")
         if not 0 <= self.warmup_iterations < self.iterations:
-            raise ValueError(f"WritebackConfig.warmup_iterations = {self.warmup_iterations!r}: must lie in "
+            raise ConfigError(f"WritebackConfig.warmup_iterations = {self.warmup_iterations!r}: must lie in "
                              f"[0, iterations = {self.iterations})")
 
     def check(self, knobs: "WritebackKnobs") -> None:
@@ -63,7 +64,7 @@ class WritebackConfig:
         tl = knobs.timeline
         got = (tl.duration_us.shape[-2], tl.duration_us.shape[-1], tl.touch_mask.shape[-1])
         if got != (self.layers, self.segments, self.plane_slots):
-            raise ValueError(f"timeline shape (layers, segments, plane_slots) = {got}: config says "
+            raise ConfigError(f"timeline shape (layers, segments, plane_slots) = {got}: config says "
                              f"{(self.layers, self.segments, self.plane_slots)}")
 
 

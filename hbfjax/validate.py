@@ -1,0 +1,85 @@
+"""One error type and one set of checks for bad configuration (DESIGN.md §3).
+
+Every config field, knob constructor and CLI option validates through these helpers, so every
+rejection reads the same way: ``<Owner>.<field> = <value>: <rule>`` (the CLI uses ``--flag`` as the
+owner-less field name). A value is checked where it is defined: type (an integer field refuses
+2.5, every numeric field refuses NaN and ±inf unless it says otherwise), range, and relations to
+other fields (the message names both).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+INT32_MAX = 2**31 - 1
+
+
+class ConfigError(ValueError):
+    """A configuration, knob or option value breaks a rule; the message names field, value and rule."""
+
+
+def _label(owner: str, name: str) -> str:
+    return f"{owner}.{name}" if owner else name
+
+
+def require(ok: bool, owner: str, name: str, value, rule: str) -> None:
+    """Raise ``ConfigError('<owner>.<name> = <value>: <rule>')`` unless ``ok``."""
+    if not ok:
+        raise ConfigError(f"{_label(owner, name)} = {value!r}: {rule}")
+
+
+def _bounds_rule(lo, hi, lo_open: bool, hi_open: bool) -> str:
+    parts = []
+    if lo is not None:
+        parts.append(f"{'>' if lo_open else '>='} {lo:g}" if isinstance(lo, float) else f"{'>' if lo_open else '>='} {lo}")
+    if hi is not None:
+        parts.append(f"{'<' if hi_open else '<='} {hi:g}" if isinstance(hi, float) else f"{'<' if hi_open else '<='} {hi}")
+    return "must be " + " and ".join(parts) if parts else ""
+
+
+def _in_bounds(value, lo, hi, lo_open: bool, hi_open: bool) -> bool:
+    if lo is not None and (value <= lo if lo_open else value < lo):
+        return False
+    if hi is not None and (value >= hi if hi_open else value > hi):
+        return False
+    return True
+
+
+def require_int(owner: str, name: str, value, lo: int | None = None, hi: int | None = INT32_MAX) -> int:
+    """``value`` as an int in [lo, hi] (default hi: int32 range, the simulator's index type).
+
+    Accepts ints and integral floats (``1e3``); refuses bools, fractions, NaN and infinities.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ConfigError(f"{_label(owner, name)} = {value!r}: must be an integer")
+    if isinstance(value, numbers.Integral):
+        as_int = int(value)
+    else:
+        v = float(value)
+        if not math.isfinite(v) or v != math.floor(v):
+            raise ConfigError(f"{_label(owner, name)} = {value!r}: must be an integer")
+        as_int = int(v)
+    if not _in_bounds(as_int, lo, hi, False, False):
+        raise ConfigError(f"{_label(owner, name)} = {value!r}: {_bounds_rule(lo, hi, False, False)}")
+    return as_int
+
+
+def require_real(owner: str, name: str, value, lo: float | None = None, hi: float | None = None, *,
+                 lo_open: bool = False, hi_open: bool = False) -> float:
+    """``value`` as a finite float in the interval given by ``lo``/``hi`` (open ends on request)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ConfigError(f"{_label(owner, name)} = {value!r}: must be a number")
+    v = float(value)
+    if not math.isfinite(v):
+        raise ConfigError(f"{_label(owner, name)} = {value!r}: must be finite")
+    if not _in_bounds(v, lo, hi, lo_open, hi_open):
+        raise ConfigError(f"{_label(owner, name)} = {value!r}: {_bounds_rule(lo, hi, lo_open, hi_open)}")
+    return v
+
+
+def require_choice(owner: str, name: str, value, choices) -> str:
+    """``value`` if it is one of ``choices``."""
+    if value not in tuple(choices):
+        raise ConfigError(f"{_label(owner, name)} = {value!r}: must be one of {tuple(choices)}")
+    return value
