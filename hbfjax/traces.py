@@ -1,9 +1,14 @@
-"""Request-trace loaders: Azure LLM 2023 CSV, Mooncake JSONL, SWE-bench agent CSV, Alibaba Bailian JSONL.
+"""Request-trace loaders: Azure LLM 2023 CSV, Mooncake JSONL, SWE-bench agent CSV or per-session JSONL,
+Alibaba Bailian JSONL.
 
 Every loader returns a :class:`Trace` of NumPy columns sorted by arrival time, and raises
-:class:`TraceError` naming the file, the line and the problem for a malformed row. The real traces
-live in ``../shared/traces/`` beside the repository (``HBFJAX_TRACE_DIR`` overrides it); any other
-file of the same schema loads the same way.
+:class:`TraceError` naming the file, the line and the problem for a malformed row (never a bare
+traceback): files are read as UTF-8 (a byte-order mark is allowed), lengths must be whole numbers in
+the int32 range, times finite. A bare trace name is looked up along :func:`search_path`
+(``$HBFJAX_TRACE_DIR``, the per-user data folder that ``hbfjax traces fetch`` fills, then
+``../shared/traces`` beside the repository); a catalogued trace that is nowhere raises
+:class:`TraceMissing`, whose message names the command that gets it. Any other file of a supported
+schema loads the same way.
 """
 
 from __future__ import annotations
@@ -17,13 +22,21 @@ from pathlib import Path
 
 import numpy as np
 
+from hbfjax import trace_catalog
+from hbfjax.validate import ConfigError, INT32_MAX, require_int, require_real
+
 MOONCAKE_BLOCK_TOKENS = 512  # Mooncake hash_ids cover 512-token prompt blocks
 BAILIAN_BLOCK_TOKENS = 16  # Bailian hash_ids cover 16-token blocks
 CHARS_PER_TOKEN = 4.0  # usual estimate for the SWE-bench character counts
+MAX_TIMESTAMP_US = 2**53  # µs timestamps stay exact in float64 below this
 
 
 class TraceError(ValueError):
-    """A trace file is missing, of unknown schema, or has a malformed row."""
+    """A trace file is missing, unreadable, of unknown schema, or has a malformed row."""
+
+
+class TraceMissing(TraceError):
+    """A trace is in none of the folders of :func:`search_path`; the message says how to get it."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -56,97 +69,183 @@ class Trace:
         return self.input_tokens + self.output_tokens
 
 
-def default_trace_dir() -> Path:
+# --- where traces live ---------------------------------------------------------------------------
+
+def user_data_dir() -> Path:
+    """Per-user trace folder: ``$XDG_DATA_HOME/hbfjax/traces`` (default ``~/.local/share/hbfjax/traces``)."""
+    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(base) / "hbfjax" / "traces"
+
+
+def shared_trace_dir() -> Path:
+    """``shared/traces`` beside the repository (what CI provides next to every clone)."""
+    import hbfjax
+
+    return Path(hbfjax.__file__).resolve().parent.parent.parent / "shared" / "traces"
+
+
+def fetch_dir() -> Path:
+    """Where ``hbfjax traces fetch`` writes: ``$HBFJAX_TRACE_DIR`` if set, else :func:`user_data_dir`."""
     env = os.environ.get("HBFJAX_TRACE_DIR")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parent.parent.parent / "shared" / "traces"
+    return Path(env) if env else user_data_dir()
+
+
+def search_path() -> list[Path]:
+    """Folders a bare trace name is looked up in, first match wins: ``$HBFJAX_TRACE_DIR`` (if set),
+    the per-user data folder, ``shared/traces`` beside the repository."""
+    env = os.environ.get("HBFJAX_TRACE_DIR")
+    return ([Path(env)] if env else []) + [user_data_dir(), shared_trace_dir()]
+
+
+def fetch_hint(name: str) -> str:
+    """How to get the trace ``name``: the fetch command for a catalogued trace, else where to put it."""
+    source = trace_catalog.find(Path(name).name)
+    if source is not None:
+        return f"get it with: hbfjax traces fetch {source.name}"
+    return "not a catalogued trace (hbfjax traces list); give its path"
+
+
+def _candidates(name: str) -> list[str]:
+    """File or folder names that hold the trace ``name``: itself, then its catalogue local name and aliases."""
+    source = trace_catalog.find(name)
+    extra = [] if source is None else [source.local, *source.aliases]
+    return list(dict.fromkeys([name, *extra]))
 
 
 def resolve(path_or_name: str | os.PathLike) -> Path:
-    """A trace path; a bare file name is looked up in the default trace directory."""
+    """A trace path: an existing path as given, else a relative name looked up along :func:`search_path`
+    (a catalogued trace also under its other names, e.g. the fetched SWE-bench folder for the shared CSV)."""
     p = Path(path_or_name)
     if p.exists():
         return p
-    candidate = default_trace_dir() / p
-    if candidate.exists():
-        return candidate
-    raise TraceError(f"trace {str(path_or_name)!r} not found (also looked in {default_trace_dir()})")
+    folders = search_path()
+    if not p.is_absolute():
+        names = _candidates(str(p)) if len(p.parts) == 1 else [str(p)]
+        for folder in folders:
+            for candidate in names:
+                if (folder / candidate).exists():
+                    return folder / candidate
+    raise TraceMissing(f"trace {str(path_or_name)!r} not found (looked in {', '.join(map(str, folders))}); "
+                       f"{fetch_hint(str(path_or_name))}")
 
 
-def _int_field(path: Path, line: int, row: dict, key: str, minimum: int = 0) -> int:
-    if key not in row or row[key] in (None, ""):
-        raise TraceError(f"{path}:{line}: missing field {key!r}")
+# --- reading files -------------------------------------------------------------------------------
+
+def _text_lines(path: Path):
+    """``(line number, text)`` of a UTF-8 file (a leading byte-order mark dropped), each line decoded alone
+    so an undecodable byte is reported with its line."""
+    if path.is_dir():
+        raise TraceError(f"{path}: is a directory, not a trace file")
     try:
-        value = int(float(row[key]))
-    except (TypeError, ValueError):
-        raise TraceError(f"{path}:{line}: field {key!r} = {row[key]!r} is not a number") from None
-    if value < minimum:
-        raise TraceError(f"{path}:{line}: field {key!r} = {value} must be >= {minimum}")
+        fh = open(path, "rb")
+    except OSError as err:
+        raise TraceError(f"{path}: cannot read ({err.strerror})") from None
+    with fh:
+        for line, raw in enumerate(fh, start=1):
+            try:
+                yield line, raw.decode("utf-8-sig" if line == 1 else "utf-8")
+            except UnicodeDecodeError as err:
+                raise TraceError(f"{path}:{line}: not UTF-8 text (byte {err.object[err.start]:#04x} at byte "
+                                 f"{err.start + 1} of the line)") from None
+
+
+def _csv_rows(path: Path):
+    """``(line number, row dict)`` of a CSV file with a header."""
+    lines = (text for _, text in _text_lines(path))
+    reader = csv.DictReader(lines)
+    for row in reader:
+        yield reader.line_num, row
+
+
+def _read_jsonl(path: Path):
+    """``(line number, object)`` of every non-blank line of a JSONL file."""
+    for line, text in _text_lines(path):
+        if not text.strip():
+            continue
+        try:
+            row = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise TraceError(f"{path}:{line}: not valid JSON ({err.msg} at column {err.colno})") from None
+        if not isinstance(row, dict):
+            raise TraceError(f"{path}:{line}: expected a JSON object, got {type(row).__name__}")
+        yield line, row
+
+
+def _raw(path: Path, line: int, row: dict, key: str):
+    value = row.get(key)
+    if value is None or value == "":
+        raise TraceError(f"{path}:{line}: missing field {key!r}")
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            try:
+                return float(value)
+            except ValueError:
+                raise TraceError(f"{path}:{line}: field {key!r} = {value!r} is not a number") from None
     return value
 
 
-def _float_field(path: Path, line: int, row: dict, key: str) -> float:
-    if key not in row or row[key] in (None, ""):
-        raise TraceError(f"{path}:{line}: missing field {key!r}")
+def _int_field(path: Path, line: int, row: dict, key: str, minimum: int = 0, maximum: int = INT32_MAX) -> int:
+    """A whole number in [minimum, maximum] (default: the int32 range the simulator indexes with)."""
     try:
-        return float(row[key])
-    except (TypeError, ValueError):
-        raise TraceError(f"{path}:{line}: field {key!r} = {row[key]!r} is not a number") from None
+        return require_int("", f"field {key!r}", _raw(path, line, row, key), minimum, maximum)
+    except ConfigError as err:
+        raise TraceError(f"{path}:{line}: {err}") from None
 
 
-def _finish(name, arrival, inp, out, session, parent, prefix) -> Trace:
+def _float_field(path: Path, line: int, row: dict, key: str) -> float:
+    """A finite number."""
+    try:
+        return require_real("", f"field {key!r}", _raw(path, line, row, key))
+    except ConfigError as err:
+        raise TraceError(f"{path}:{line}: {err}") from None
+
+
+def _key_field(path: Path, line: int, row: dict, key: str, default=None):
+    """An identifier (an integer or a non-empty string)."""
+    value = row.get(key, default)
+    if isinstance(value, str):
+        value = value.strip()
+    if value is None or value == "":
+        raise TraceError(f"{path}:{line}: missing field {key!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise TraceError(f"{path}:{line}: field {key!r} = {value!r} must be an integer or a string")
+    return value
+
+
+def _text_field(path: Path, line: int, row: dict, key: str) -> str:
+    value = row.get(key)
+    if not isinstance(value, str):
+        raise TraceError(f"{path}:{line}: field {key!r} must be a string (the prompt or completion text)")
+    return value
+
+
+def _hash_ids(path: Path, line: int, row: dict) -> list:
+    """``hash_ids``: a flat list of integer block ids (absent: no blocks)."""
+    ids = row.get("hash_ids", [])
+    if not isinstance(ids, list) or any(isinstance(h, bool) or not isinstance(h, int) for h in ids):
+        raise TraceError(f"{path}:{line}: field 'hash_ids' = {str(ids)[:60]} must be a list of integers")
+    return ids
+
+
+def _finish(path: Path, arrival, inp, out, session, parent, prefix) -> Trace:
     arrival = np.asarray(arrival, np.float64)
+    if arrival.size == 0:
+        raise TraceError(f"{path}: no requests (the file has no data rows)")
     order = np.argsort(arrival, kind="stable")
     rank = np.empty_like(order)
     rank[order] = np.arange(order.size)
     remap = lambda idx: np.where(np.asarray(idx) >= 0, rank[np.maximum(np.asarray(idx), 0)], -1)  # noqa: E731
-    t0 = arrival[order[0]] if arrival.size else 0.0
     return Trace(
-        name=name,
-        arrival_s=arrival[order] - t0,
+        name=path.stem,
+        arrival_s=arrival[order] - arrival[order[0]],
         input_tokens=np.asarray(inp, np.int64)[order],
         output_tokens=np.asarray(out, np.int64)[order],
         session=remap(np.asarray(session, np.int64))[order],
         parent=remap(np.asarray(parent, np.int64))[order],
         prefix_tokens=np.asarray(prefix, np.int64)[order],
     )
-
-
-def load_azure_csv(path: str | os.PathLike) -> Trace:
-    """Azure LLM inference trace 2023: ``TIMESTAMP,ContextTokens,GeneratedTokens`` (no sessions)."""
-    path = resolve(path)
-    arrival, inp, out = [], [], []
-    with open(path, newline="") as fh:
-        reader = csv.DictReader(fh)
-        for line, row in enumerate(reader, start=2):
-            stamp = row.get("TIMESTAMP")
-            try:
-                # 7 fractional digits: datetime takes at most 6
-                head, _, frac = (stamp or "").partition(".")
-                t = datetime.strptime(head, "%Y-%m-%d %H:%M:%S").timestamp() + float("0." + (frac or "0"))
-            except ValueError:
-                raise TraceError(f"{path}:{line}: TIMESTAMP = {stamp!r} is not 'YYYY-MM-DD HH:MM:SS.f'") from None
-            arrival.append(t)
-            inp.append(_int_field(path, line, row, "ContextTokens", 1))
-            out.append(_int_field(path, line, row, "GeneratedTokens", 0))
-    n = len(arrival)
-    idx = np.arange(n)
-    return _finish(path.stem, arrival, inp, out, idx, -np.ones(n), np.zeros(n))
-
-
-def _read_jsonl(path: Path):
-    with open(path) as fh:
-        for line, text in enumerate(fh, start=1):
-            if not text.strip():
-                continue
-            try:
-                row = json.loads(text)
-            except json.JSONDecodeError as err:
-                raise TraceError(f"{path}:{line}: not valid JSON ({err.msg})") from None
-            if not isinstance(row, dict):
-                raise TraceError(f"{path}:{line}: expected a JSON object")
-            yield line, row
 
 
 def _prefix_from_hashes(hash_lists, input_tokens, block_tokens: int) -> np.ndarray:
@@ -164,6 +263,36 @@ def _prefix_from_hashes(hash_lists, input_tokens, block_tokens: int) -> np.ndarr
     return prefix
 
 
+def _prefix_in_arrival_order(arrival, inp, hashes, block_tokens: int) -> np.ndarray:
+    """:func:`_prefix_from_hashes` over the requests sorted by arrival, returned in file order."""
+    order = np.argsort(np.asarray(arrival), kind="stable")
+    prefix_sorted = _prefix_from_hashes([hashes[i] for i in order], np.asarray(inp)[order], block_tokens)
+    prefix = np.empty_like(prefix_sorted)
+    prefix[order] = prefix_sorted
+    return prefix
+
+
+# --- loaders -------------------------------------------------------------------------------------
+
+def load_azure_csv(path: str | os.PathLike) -> Trace:
+    """Azure LLM inference trace 2023: ``TIMESTAMP,ContextTokens,GeneratedTokens`` (no sessions)."""
+    path = resolve(path)
+    arrival, inp, out = [], [], []
+    for line, row in _csv_rows(path):
+        stamp = row.get("TIMESTAMP")
+        try:
+            # 7 fractional digits: datetime takes at most 6
+            head, _, frac = (stamp or "").partition(".")
+            t = datetime.strptime(head, "%Y-%m-%d %H:%M:%S").timestamp() + float("0." + (frac or "0"))
+        except ValueError:
+            raise TraceError(f"{path}:{line}: TIMESTAMP = {stamp!r} is not 'YYYY-MM-DD HH:MM:SS.f'") from None
+        arrival.append(t)
+        inp.append(_int_field(path, line, row, "ContextTokens", 1))
+        out.append(_int_field(path, line, row, "GeneratedTokens", 0))
+    n = len(arrival)
+    return _finish(path, arrival, inp, out, np.arange(n), -np.ones(n), np.zeros(n))
+
+
 def load_mooncake_jsonl(path: str | os.PathLike) -> Trace:
     """Mooncake FAST'25 trace: ``timestamp`` (ms), ``input_length``, ``output_length``, ``hash_ids``."""
     path = resolve(path)
@@ -172,48 +301,97 @@ def load_mooncake_jsonl(path: str | os.PathLike) -> Trace:
         arrival.append(_float_field(path, line, row, "timestamp") / 1e3)
         inp.append(_int_field(path, line, row, "input_length", 1))
         out.append(_int_field(path, line, row, "output_length", 0))
-        h = row.get("hash_ids", [])
-        if not isinstance(h, list):
-            raise TraceError(f"{path}:{line}: hash_ids must be a list")
-        hashes.append(h)
-    order = np.argsort(np.asarray(arrival), kind="stable")
-    prefix_sorted = _prefix_from_hashes([hashes[i] for i in order], np.asarray(inp)[order], MOONCAKE_BLOCK_TOKENS)
-    prefix = np.empty_like(prefix_sorted)
-    prefix[order] = prefix_sorted
+        hashes.append(_hash_ids(path, line, row))
     n = len(arrival)
-    return _finish(path.stem, arrival, inp, out, np.arange(n), -np.ones(n), prefix)
+    prefix = _prefix_in_arrival_order(arrival, inp, hashes, MOONCAKE_BLOCK_TOKENS)
+    return _finish(path, arrival, inp, out, np.arange(n), -np.ones(n), prefix)
+
+
+def _session_trace(path: Path, session_key, timestamp_us, input_chars, output_chars, prefix_chars) -> Trace:
+    """SWE-bench agent requests from character counts (4 per token): a session's turns are linked in
+    arrival order, each to the one before."""
+    arrival = [t / 1e6 for t in timestamp_us]
+    inp = [max(1, round(c / CHARS_PER_TOKEN)) for c in input_chars]
+    out = [round(c / CHARS_PER_TOKEN) for c in output_chars]
+    prefix = [round(c / CHARS_PER_TOKEN) for c in prefix_chars]
+    n = len(arrival)
+    order = np.argsort(np.asarray(arrival), kind="stable")
+    session = np.empty(n, np.int64)
+    parent = np.empty(n, np.int64)
+    root: dict = {}
+    last: dict = {}
+    for i in order:
+        key = session_key[i]
+        session[i] = root.setdefault(key, i)
+        parent[i] = last.get(key, -1)
+        last[key] = i
+    prefix = np.minimum(np.asarray(prefix, np.int64), np.asarray(inp, np.int64))
+    return _finish(path, arrival, inp, out, session, parent, prefix)
 
 
 def load_swebench_csv(path: str | os.PathLike) -> Trace:
     """SWE-bench agent sessions: ``session_id, timestamp_us, input_chars, output_chars,
     prefix_chars_shared_with_previous_turn`` — characters converted at 4 per token."""
     path = resolve(path)
-    arrival, inp, out, prefix, session_key = [], [], [], [], []
-    with open(path, newline="") as fh:
-        reader = csv.DictReader(fh)
-        for line, row in enumerate(reader, start=2):
-            sid = (row.get("session_id") or "").strip()
-            if not sid:
-                raise TraceError(f"{path}:{line}: missing field 'session_id'")
-            session_key.append(sid)
-            arrival.append(_int_field(path, line, row, "timestamp_us") / 1e6)
-            inp.append(max(1, round(_int_field(path, line, row, "input_chars", 1) / CHARS_PER_TOKEN)))
-            out.append(round(_int_field(path, line, row, "output_chars", 0) / CHARS_PER_TOKEN))
-            prefix.append(round(_int_field(path, line, row, "prefix_chars_shared_with_previous_turn")
-                                / CHARS_PER_TOKEN))
-    n = len(arrival)
-    order = np.argsort(np.asarray(arrival), kind="stable")
-    session = np.empty(n, np.int64)
-    parent = np.empty(n, np.int64)
-    root: dict[str, int] = {}
-    last: dict[str, int] = {}
-    for i in order:
-        key = session_key[i]
-        session[i] = root.setdefault(key, i)
-        parent[i] = last.get(key, -1)
-        last[key] = i
-    prefix = np.minimum(np.asarray(prefix), np.asarray(inp))
-    return _finish(path.stem, arrival, inp, out, session, parent, prefix)
+    cols: tuple[list, ...] = ([], [], [], [], [])
+    for line, row in _csv_rows(path):
+        values = (_key_field(path, line, row, "session_id"),
+                  _int_field(path, line, row, "timestamp_us", 0, MAX_TIMESTAMP_US),
+                  _int_field(path, line, row, "input_chars", 1), _int_field(path, line, row, "output_chars"),
+                  _int_field(path, line, row, "prefix_chars_shared_with_previous_turn"))
+        for col, value in zip(cols, values):
+            col.append(value)
+    return _session_trace(path, *cols)
+
+
+def common_prefix_chars(a: str, b: str, step: int = 4096) -> int:
+    """Length (characters) of the longest common prefix of ``a`` and ``b``: compared ``step`` characters
+    at a time, then bisected inside the first block that differs (linear work, in C)."""
+    n = min(len(a), len(b))
+    lo = 0
+    while lo + step <= n and a[lo:lo + step] == b[lo:lo + step]:
+        lo += step
+    hi = min(lo + step, n)  # the common prefix ends in [lo, hi]
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _session_files(path: Path) -> list[Path]:
+    if not path.is_dir():
+        return [path]
+    files = sorted(p for p in path.iterdir() if p.suffix == ".jsonl" and p.is_file())
+    if not files:
+        raise TraceError(f"{path}: is a directory with no *.jsonl session files (a folder trace is the "
+                         "SWE-bench agent schema, one JSONL file per session)")
+    return files
+
+
+def load_swebench_jsonl(path: str | os.PathLike) -> Trace:
+    """SWE-bench agent sessions as published (LMCache/lmcache-agent-trace ``miniswe/``): a folder of JSONL
+    files (or one file), each line a request with ``timestamp`` (µs), ``input`` (the full prompt text),
+    ``output`` (the completion text), ``session_id``. Files are read in name order; a request's reusable
+    prefix is the longest common prefix (characters) of its prompt and the previous prompt of its session
+    in reading order. Gives the same :class:`Trace` as the derived CSV of :func:`load_swebench_csv`."""
+    path = resolve(path)
+    cols: tuple[list, ...] = ([], [], [], [], [])
+    previous: dict = {}
+    for file in _session_files(path):
+        for line, row in _read_jsonl(file):
+            sid = _key_field(file, line, row, "session_id")
+            prompt = _text_field(file, line, row, "input")
+            if not prompt:
+                raise TraceError(f"{file}:{line}: field 'input' is empty (a request has a prompt)")
+            values = (sid, _int_field(file, line, row, "timestamp", 0, MAX_TIMESTAMP_US), len(prompt),
+                      len(_text_field(file, line, row, "output")), common_prefix_chars(previous.get(sid, ""), prompt))
+            previous[sid] = prompt
+            for col, value in zip(cols, values):
+                col.append(value)
+    return _session_trace(path, *cols)
 
 
 def load_bailian_jsonl(path: str | os.PathLike) -> Trace:
@@ -222,12 +400,11 @@ def load_bailian_jsonl(path: str | os.PathLike) -> Trace:
     path = resolve(path)
     rows = []
     for line, row in _read_jsonl(path):
-        chat = row.get("chat_id")
-        if chat is None:
-            raise TraceError(f"{path}:{line}: missing field 'chat_id'")
-        rows.append((line, chat, row.get("parent_chat_id", -1), _float_field(path, line, row, "timestamp"),
-                     _int_field(path, line, row, "input_length", 1), _int_field(path, line, row, "output_length"),
-                     row.get("hash_ids", [])))
+        root = row.get("parent_chat_id", -1) in (None, "", -1, "-1")
+        parent_chat = -1 if root else _key_field(path, line, row, "parent_chat_id")
+        rows.append((line, _key_field(path, line, row, "chat_id"), parent_chat,
+                     _float_field(path, line, row, "timestamp"), _int_field(path, line, row, "input_length", 1),
+                     _int_field(path, line, row, "output_length"), _hash_ids(path, line, row)))
     index = {}
     for i, (line, chat, *_rest) in enumerate(rows):
         if chat in index:
@@ -236,7 +413,7 @@ def load_bailian_jsonl(path: str | os.PathLike) -> Trace:
     n = len(rows)
     parent = np.full(n, -1, np.int64)
     for i, (line, _chat, par, *_rest) in enumerate(rows):
-        if par not in (None, -1, "-1", ""):
+        if par != -1:
             if par not in index:
                 raise TraceError(f"{path}:{line}: parent_chat_id {par!r} is not a chat_id of this trace")
             parent[i] = index[par]
@@ -249,23 +426,34 @@ def load_bailian_jsonl(path: str | os.PathLike) -> Trace:
                 raise TraceError(f"{path}: parent_chat_id links form a cycle at line {rows[i][0]}")
         session[i] = j
     arrival = [r[3] for r in rows]
-    inp = np.asarray([r[4] for r in rows])
-    order = np.argsort(np.asarray(arrival), kind="stable")
-    prefix_sorted = _prefix_from_hashes([rows[i][6] for i in order], inp[order], BAILIAN_BLOCK_TOKENS)
-    prefix = np.empty_like(prefix_sorted)
-    prefix[order] = prefix_sorted
-    return _finish(path.stem, arrival, inp, [r[5] for r in rows], session, parent, prefix)
+    inp = [r[4] for r in rows]
+    prefix = _prefix_in_arrival_order(arrival, inp, [r[6] for r in rows], BAILIAN_BLOCK_TOKENS)
+    return _finish(path, arrival, inp, [r[5] for r in rows], session, parent, prefix)
+
+
+SCHEMAS = "Azure 2023 CSV, Mooncake JSONL, SWE-bench agent CSV or per-session JSONL (file or folder), Bailian JSONL"
+
+
+def _first_line(path: Path) -> str:
+    for _, text in _text_lines(path):
+        if text.strip():
+            return text
+    raise TraceError(f"{path}: no requests (the file is empty)")
 
 
 def load_trace(path: str | os.PathLike) -> Trace:
-    """Load any supported trace, choosing the schema from the header (CSV) or first object (JSONL)."""
+    """Load any supported trace, choosing the schema from the header (CSV), the first object (JSONL), or,
+    for a folder, its per-session JSONL files."""
     p = resolve(path)
-    with open(p) as fh:
-        first = fh.readline()
+    if p.is_dir():
+        return load_swebench_jsonl(p)
+    first = _first_line(p)
     if first.lstrip().startswith("{"):
-        keys = set(json.loads(first))
+        keys = set(next(_read_jsonl(p))[1])
         if "chat_id" in keys:
             return load_bailian_jsonl(p)
+        if {"timestamp", "input", "output", "session_id"} <= keys:
+            return load_swebench_jsonl(p)
         if {"timestamp", "input_length", "output_length"} <= keys:
             return load_mooncake_jsonl(p)
     else:
@@ -274,5 +462,4 @@ def load_trace(path: str | os.PathLike) -> Trace:
             return load_azure_csv(p)
         if {"session_id", "timestamp_us", "input_chars"} <= header:
             return load_swebench_csv(p)
-    raise TraceError(f"{p}: unknown trace schema (first line {first[:80]!r}); supported: Azure 2023 CSV, "
-                     "Mooncake JSONL, SWE-bench agent CSV, Bailian JSONL")
+    raise TraceError(f"{p}: unknown trace schema (first line {first[:80]!r}); supported: {SCHEMAS}")
