@@ -25,9 +25,9 @@ def test_collide_preset_takes_planes_from_hardware(capsys):
     assert out["planes"] == 4096  # 2 × 16 × 32 × 4 subarrays
 
 
-def test_collide_attention_form_runs_a_trace(capsys, trace_dir):
+def test_collide_attention_form_runs_a_trace(capsys, real_trace):
     out = _json(capsys, ["collide", "--workload", "attention", "--planes", "256", "--trace",
-                         str(trace_dir / "azure_llm_2023_code.csv"), "--slots", "8", "--max-context-tokens", "2048",
+                         str(real_trace("azure_llm_2023_code.csv")), "--slots", "8", "--max-context-tokens", "2048",
                          "--chunk-tokens", "128", "--placement", "plane-group", "--group-size", "16",
                          "--offload-fraction", "0.1", "--streams", "4", "--json"])
     assert REQUIRED <= set(out) and out["amplification"] >= 1 and out["requests_simulated"] > 0

@@ -85,9 +85,9 @@ def test_weight_blocks_are_never_migrated_with_dash_separation():
     assert (out[False]["moved_weight_pages"] > 0).all()  # the check can fail: mixed blocks are moved
 
 
-def test_trace_lifetimes_replay_end_to_end(trace_dir):
+def test_trace_lifetimes_replay_end_to_end(real_trace):
     cfg = kv.KvConfig(**{**BASE, "slots": 32}, lifetime="trace", allocation="lifetime")
-    arrays, facts = kv.trace_requests(load_trace(trace_dir / "swebench_miniswe_agent.csv"), cfg)
+    arrays, facts = kv.trace_requests(load_trace(real_trace("swebench_miniswe_agent.csv")), cfg)
     assert facts["requests"] == 402 and (np.diff(arrays["arrival_tick"]) >= 0).all()
     out = batch.run(kv.simulate, 2, 0, kv.knobs(cfg, label_ticks=20.0, trace=arrays), cfg)
     assert (out["admitted_requests"] > 0).all() and (out["host_writes"] > 0).all()

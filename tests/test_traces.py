@@ -7,10 +7,10 @@ from hbfjax import traces
 from hbfjax.traces import TraceError, load_trace
 
 
-def test_shared_traces_load_with_their_row_counts(trace_dir):
-    azure = load_trace(trace_dir / "azure_llm_2023_code.csv")
-    mooncake = load_trace(trace_dir / "mooncake_conversation.jsonl")
-    swe = load_trace(trace_dir / "swebench_miniswe_agent.csv")
+def test_shared_traces_load_with_their_row_counts(real_trace):
+    azure = load_trace(real_trace("azure_llm_2023_code.csv"))
+    mooncake = load_trace(real_trace("mooncake_conversation.jsonl"))
+    swe = load_trace(real_trace("swebench_miniswe_agent.csv"))
     # data rows in each file (the Azure file has 8,819 rows after its header)
     assert (len(azure), len(mooncake), len(swe)) == (8819, 12031, 402)
     for t in (azure, mooncake, swe):
@@ -124,3 +124,113 @@ def test_byte_order_mark_is_allowed_in_csv_and_jsonl(tmp_path):
     moon = load_trace(jsonl_path)
     assert list(moon.arrival_s) == [0.0, 1.5] and list(moon.input_tokens) == [1024, 5]
     assert list(moon.prefix_tokens) == [0, 5]  # block 4 seen first by the earlier request; capped at the prompt
+
+
+# --- SWE-bench as published: one JSONL file per session ----------------------------------------------------
+
+FIELDS = ("arrival_s", "input_tokens", "output_tokens", "session", "parent", "prefix_tokens")
+
+
+def _same_requests(a, b) -> bool:
+    return all(np.array_equal(getattr(a, f), getattr(b, f)) for f in FIELDS)
+
+
+def _session_files(folder):
+    """Two sessions; s1's file is not in time order (as upstream): prefixes follow the file, parents the clock."""
+    p1 = "a" * 40
+    s1 = [(1_000_000, p1, "b" * 8), (3_000_000, p1 + "c" * 20, "e" * 20), (2_000_000, p1 + "cccc" + "d" * 36, "")]
+    s2 = [(1_500_000, "é" * 16 + "x" * 8, "ok!!")]  # characters, not UTF-8 bytes, are counted
+    folder.mkdir()
+    for sid, turns in (("s1", s1), ("s2", s2)):
+        (folder / f"{sid}.jsonl").write_text("".join(
+            json.dumps({"timestamp": t, "input": i, "output": o, "session_id": sid}) + "\n" for t, i, o in turns),
+            encoding="utf-8")
+    return folder
+
+
+def test_swebench_jsonl_sessions_give_the_same_trace_as_their_derived_csv(tmp_path):
+    jsonl = load_trace(_session_files(tmp_path / "sessions"))
+    csv_path = tmp_path / "derived.csv"
+    csv_path.write_text("session_id,timestamp_us,input_chars,output_chars,prefix_chars_shared_with_previous_turn\n"
+                        "s1,1000000,40,8,0\ns1,3000000,60,20,40\ns1,2000000,80,0,44\ns2,1500000,24,4,0\n")
+    derived = load_trace(csv_path)
+    assert _same_requests(jsonl, derived) and jsonl.name == "sessions"
+    assert list(jsonl.arrival_s) == [0.0, 0.5, 1.0, 2.0]
+    assert list(jsonl.input_tokens) == [10, 6, 20, 15] and list(jsonl.output_tokens) == [2, 1, 0, 5]
+    assert list(jsonl.prefix_tokens) == [0, 0, 11, 10]  # 44 and 40 shared characters with the file's previous line
+    assert list(jsonl.session) == [0, 1, 0, 0] and list(jsonl.parent) == [-1, -1, 0, 2]
+    one = load_trace(tmp_path / "sessions" / "s2.jsonl")  # a single session file loads alone
+    assert (list(one.input_tokens), list(one.output_tokens), list(one.prefix_tokens)) == ([6], [1], [0])
+    assert list(load_trace(tmp_path / "sessions" / "s1.jsonl").prefix_tokens) == [0, 11, 10]
+
+
+def test_swebench_jsonl_rows_are_checked(tmp_path):
+    p = tmp_path / "bad.jsonl"
+    p.write_text('{"timestamp": 1, "input": "abc", "output": "d", "session_id": "s"}\n'
+                 '{"timestamp": 2, "input": ["abc"], "output": "d", "session_id": "s"}\n')
+    with pytest.raises(TraceError, match=r"bad\.jsonl:2: field 'input' must be a string"):
+        load_trace(p)
+
+
+@pytest.mark.parametrize("a,b,expected", [("", "abc", 0), ("abc", "abd", 2), ("abc", "abc", 3), ("abc", "abcdef", 3),
+                                          ("x" * 9000 + "y", "x" * 9000 + "z", 9000), ("x" * 8192, "x" * 8192, 8192),
+                                          ("éé" + "a", "éé" + "b", 2)])
+def test_common_prefix_counts_characters(a, b, expected):
+    assert traces.common_prefix_chars(a, b) == expected == traces.common_prefix_chars(b, a)
+
+
+def test_fetched_upstream_sessions_match_the_shared_csv():
+    """Real data: the upstream JSONL folder (after `hbfjax traces fetch`) and the shared derived CSV."""
+    def first(name):
+        found = [d / name for d in traces.search_path() if (d / name).exists()]
+        if not found:
+            pytest.skip(f"{name} not found in {traces.search_path()}; get the upstream sessions with: "
+                        "hbfjax traces fetch swebench_miniswe_agent (the CSV comes with ../shared/traces)")
+        return found[0]
+
+    folder, shared = first("swebench_miniswe_agent"), first("swebench_miniswe_agent.csv")
+    assert _same_requests(load_trace(folder), load_trace(shared)) and len(load_trace(shared)) == 402
+
+
+# --- where bare names are looked up ------------------------------------------------------------------------
+
+@pytest.fixture
+def three_dirs(tmp_path, monkeypatch):
+    env, user, shared = (tmp_path / n for n in ("env", "xdg", "shared"))
+    monkeypatch.setenv("HBFJAX_TRACE_DIR", str(env))
+    monkeypatch.setenv("XDG_DATA_HOME", str(user))
+    monkeypatch.setattr(traces, "shared_trace_dir", lambda: shared)
+    user = user / "hbfjax" / "traces"
+    for d in (env, user, shared):
+        d.mkdir(parents=True)
+    return env, user, shared
+
+
+def test_bare_names_are_looked_up_env_then_user_data_then_shared(three_dirs, monkeypatch):
+    env, user, shared = three_dirs
+    assert traces.search_path() == [env, user, shared] and traces.fetch_dir() == env
+    name = "azure_llm_2023_code.csv"
+    for d in (shared, user, env):  # each folder added shadows the later ones
+        (d / name).write_text(AZURE_HEADER + "2023-11-16 18:17:03.5,12,3\n")
+        assert traces.resolve(name) == d / name
+    assert traces.resolve("azure_llm_2023_code") == env / name  # the catalogue name works too
+    monkeypatch.delenv("HBFJAX_TRACE_DIR")
+    assert traces.search_path() == [user, shared] and traces.fetch_dir() == user
+
+
+def test_fetched_swebench_folder_answers_for_the_shared_csv_name(three_dirs, tmp_path):
+    _env, user, shared = three_dirs
+    (shared / "swebench_miniswe_agent.csv").write_text(SWE_HEADER + "s,1,4,4,0\n")
+    assert traces.resolve("swebench_miniswe_agent.csv") == shared / "swebench_miniswe_agent.csv"
+    _session_files(user / "swebench_miniswe_agent")
+    assert traces.resolve("swebench_miniswe_agent.csv") == user / "swebench_miniswe_agent"
+    assert len(load_trace("swebench_miniswe_agent.csv")) == 4
+
+
+def test_a_missing_catalogued_trace_names_the_fetch_command(three_dirs):
+    with pytest.raises(traces.TraceMissing) as err:
+        load_trace("swebench_miniswe_agent.csv")
+    message = str(err.value)
+    assert message.startswith("trace 'swebench_miniswe_agent.csv' not found (looked in ")
+    assert all(str(d) in message for d in three_dirs)
+    assert message.endswith("get it with: hbfjax traces fetch swebench_miniswe_agent")

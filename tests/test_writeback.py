@@ -281,11 +281,13 @@ def test_compiled_rollout_equals_the_sequential_numpy_reference():
             assert out["forced_writebacks"].sum() > 0 and out["stall_us_total"].sum() > 0
 
 
-def test_swebench_replay_drives_the_rollout_end_to_end(trace_dir):  # the fixture skips without the traces
+def test_swebench_replay_drives_the_rollout_end_to_end(real_trace):
     """Rung 5: per-iteration decode requests and prefill tokens from a SWE-bench replay (the interface a
     serving engine uses) run through the rollout: window-aware hides every program with ample SRAM,
     immediate exposes one tPROG per layer in every iteration that produces KV."""
-    from experiments.fig_hbflex13c_decode_tokens import replay
+    from experiments.fig_hbflex13c_decode_tokens import TRACE, replay
+
+    real_trace(TRACE)  # skips, naming the fetch command, without the trace
 
     trace = replay(64, 1, 0, iterations=120)
     dec, pre = jnp.asarray(trace["decode_requests"][0]), jnp.asarray(trace["prefill_tokens"][0])
