@@ -2,6 +2,8 @@
 #   make figures   -- venv + install + default experiments + figures/
 #   make test      -- venv + install + the test suite (CPU, < 10 min on 2 cores)
 # make bench runs the throughput benchmarks (GPU if one is visible).
+# make traces downloads the public request traces into the user data folder (see README, Traces);
+# without them the trace figures and tests are skipped with a line saying so.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -9,7 +11,7 @@ STAMP  := $(VENV)/.installed
 # Monte Carlo streams per figure point; raise on a GPU, e.g. make figures STREAMS=8192
 STREAMS ?= 256
 
-.PHONY: figures test bench install clean
+.PHONY: figures test bench traces install clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,6 +26,9 @@ figures: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest
+
+traces: $(STAMP)
+	$(PY) -m hbfjax traces fetch
 
 bench: $(STAMP)
 	$(PY) -m hbfjax.bench

@@ -29,6 +29,7 @@ class Context:
     out_dir: Path  # where PNG/CSV/JSON land
     seed: int = 0
     force: bool = False  # recompute even when a cached table matches
+    tiny: bool = False  # smoke-test size: each figure shrinks its loops (numbers meaningless, code paths the same)
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,8 @@ def cached_table(ctx: Context, name: str, params: dict, compute: Callable[[], pd
     csv_path = ctx.out_dir / f"{name}.csv"
     params_path = ctx.out_dir / f"{name}.params.json"
     params = {"streams": ctx.streams, "seed": ctx.seed, "source_digest": source_digest(), **params}
+    if ctx.tiny:  # never mistaken for (or reused as) a full-size table
+        params["tiny"] = True
     if not ctx.force and csv_path.exists() and params_path.exists():
         if json.loads(params_path.read_text()) == json.loads(json.dumps(params)):
             return pd.read_csv(csv_path)

@@ -27,12 +27,12 @@ def _compute(ctx: Context) -> pd.DataFrame:
     hbf = preset("dash").hbf
     wave_pages = hbf.page_wave_bytes // hbf.page_bytes
     pages_per_token = sc.DASH_LAYERS * sc.DASH_KV_BYTES_PER_TOKEN_LAYER / hbf.page_bytes
-    iterations = int(np.ceil(WAVES * wave_pages / pages_per_token)) + 1
+    iterations = int(np.ceil((1 if ctx.tiny else WAVES) * wave_pages / pages_per_token)) + 1
     points = [dataclasses.replace(knobs, flash=dataclasses.replace(knobs.flash, t_prog_us=jnp.float32(t)))
               for t in T_PROG_US]
     cfg = sc.config_for(knobs, "dash-hbm", iterations)
     # the DASH scenario is deterministic (every read touches all planes or none): a few streams suffice
-    streams = min(ctx.streams, 4)
+    streams = 2 if ctx.tiny else min(ctx.streams, 4)
     out = batch.run(wb.stream_fn, streams, ctx.seed, batch.stack_knobs(points), cfg, knob_axis=True)
     total_waves = sc.DASH_SPILLED_KV_BYTES / hbf.page_wave_bytes
     rows = []

@@ -22,14 +22,14 @@ MODELS = {"greedy": lambda a: an.waf_greedy(a, PAGES), "fifo": an.waf_fifo, "ran
 MODEL_NAMES = {"greedy": "mean-field greedy, K = 32", "fifo": "Lambert-W FIFO (Desnoyers)", "random": "α/(α−1)"}
 
 
-def _compute(streams: int, seed: int) -> pd.DataFrame:
+def _compute(streams: int, seed: int, tiny: bool = False) -> pd.DataFrame:
     rows = []
     for victim in gc.VICTIMS:
         # 4 victims per round, up to 4 rounds per chunk: close to a sequential FTL (see gc.reclaim)
         bc = gc.BlockConfig(n_blocks=BLOCKS, pages_per_block=PAGES, victim=victim, victims_per_gc=4)
         lmax = int(round((1 - min(SPARES)) * bc.physical_pages))
-        cfg = ow.OverwriteConfig(blocks=bc, logical_pages=lmax, chunk_pages=PAGES, warmup_chunks=300,
-                                 measure_chunks=400, gc_rounds=4)
+        cfg = ow.OverwriteConfig(blocks=bc, logical_pages=lmax, chunk_pages=PAGES, warmup_chunks=10 if tiny else 300,
+                                 measure_chunks=10 if tiny else 400, gc_rounds=4)
         logical = [int(round((1 - s) * bc.physical_pages)) for s in SPARES]
         knobs = batch.stack_knobs([ow.default_knobs(cfg, logical_pages=lp) for lp in logical])
         out = batch.run(ow.simulate, streams, seed, knobs, cfg, knob_axis=True)
@@ -45,9 +45,9 @@ def _compute(streams: int, seed: int) -> pd.DataFrame:
 def run(ctx: Context) -> list[Comparison]:
     import matplotlib.pyplot as plt
 
-    streams = max(4, ctx.streams // 16)  # 256 → 16 streams per point: ≈ 1 minute on a 2-core CPU
+    streams = 2 if ctx.tiny else max(4, ctx.streams // 16)  # 256 → 16 streams per point: ≈ 1 minute on a 2-core CPU
     table = cached_table(ctx, "gc_waf_spare", {"spares": list(SPARES), "blocks": BLOCKS, "pages": PAGES},
-                         lambda: _compute(streams, ctx.seed))
+                         lambda: _compute(streams, ctx.seed, ctx.tiny))
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     colors = {"greedy": "tab:blue", "fifo": "tab:orange", "random": "tab:green"}
     s_grid = np.linspace(0.04, 0.42, 120)

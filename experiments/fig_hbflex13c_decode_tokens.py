@@ -40,7 +40,7 @@ def _turns():
     return new_in, out, gap, starts
 
 
-def replay(concurrency: int, streams: int, seed: int, iterations: int = ITERATIONS) -> dict:
+def replay(concurrency: int, streams: int, seed: int, iterations: int = ITERATIONS, warmup: int = WARMUP) -> dict:
     """``intervals``: per stream, the decode tokens of every interval between consecutive prefill iterations
     (after warm-up); ``decode_requests`` and ``prefill_tokens`` [streams, iterations]: the per-iteration
     inputs a writeback rollout takes (``hbfjax.flash.writeback.rollout``)."""
@@ -79,7 +79,7 @@ def replay(concurrency: int, streams: int, seed: int, iterations: int = ITERATIO
         turn[fresh] = starts[rng.integers(0, starts.size, int(fresh.sum()))]
         next_s[fresh] = t
         phase[done] = 0
-        if k >= WARMUP:
+        if k >= warmup:
             for s in np.flatnonzero(opportunity):
                 intervals[s].append(acc[s])
         acc[opportunity] = 0
@@ -87,10 +87,10 @@ def replay(concurrency: int, streams: int, seed: int, iterations: int = ITERATIO
 
 
 def _compute(ctx: Context) -> pd.DataFrame:
-    streams = min(ctx.streams, 32)
+    streams, size = (2, (400, 100)) if ctx.tiny else (min(ctx.streams, 32), (ITERATIONS, WARMUP))
     rows = []
     for c in CONCURRENCY:
-        for s, v in enumerate(replay(c, streams, ctx.seed + 1000 * c)["intervals"]):
+        for s, v in enumerate(replay(c, streams, ctx.seed + 1000 * c, *size)["intervals"]):
             rows += [{"concurrency": c, "stream": s, "decode_tokens": int(x)} for x in v]
     return pd.DataFrame(rows)
 

@@ -31,10 +31,11 @@ PAPER = {"random": 5.97, "plane-balanced": 3.95, "plane-balanced + runtime": 2.2
 def _compute(ctx: Context) -> pd.DataFrame:
     planes = preset("hbflex").hbf.parallel_units
     contexts = traces.load_trace(TRACE).context_tokens
-    streams = max(4, ctx.streams // 32)
+    streams = 2 if ctx.tiny else max(4, ctx.streams // 32)
+    models = dict(list(MODELS.items())[:1]) if ctx.tiny else MODELS
     rows = []
-    for model, spec in MODELS.items():
-        for slots in CONCURRENCY:
+    for model, spec in models.items():
+        for slots in CONCURRENCY[:1] if ctx.tiny else CONCURRENCY:
             for label, (placement, schedule, f) in CONFIGS.items():
                 config = workingset.attention_config(planes, slots, spec["kv_bytes_per_token"], measurements=2,
                                                      placement=placement, schedule=schedule)

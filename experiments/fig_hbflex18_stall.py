@@ -40,14 +40,15 @@ def workload(r: float, ratio: float) -> tuple[float, float]:
 
 def _compute(ctx: Context) -> pd.DataFrame:
     ratio = prefill_tokens_per_decode_token()
+    streams, (iterations, warmup) = (2, (6, 2)) if ctx.tiny else (ctx.streams, (ITERATIONS, WARMUP))
     rows = []
     for label, (policy, g) in POLICIES.items():
         points = []
         for r in DECODE_REQUESTS:
             chunk, prob = workload(r, ratio)
             points.append(sc.hbflex_knobs(r, chunk, prob, stripe_pages=g)[0])
-        cfg = sc.config_for(points[0], policy, ITERATIONS, WARMUP)
-        out = batch.run(wb.stream_fn, ctx.streams, ctx.seed, batch.stack_knobs(points), cfg, knob_axis=True)
+        cfg = sc.config_for(points[0], policy, iterations, warmup)
+        out = batch.run(wb.stream_fn, streams, ctx.seed, batch.stack_knobs(points), cfg, knob_axis=True)
         for j, r in enumerate(DECODE_REQUESTS):
             stall, ci = mean_ci95(out["stall_us_per_iteration"][:, j])
             busy, _ = mean_ci95(out["program_busy_us_per_iteration"][:, j])
@@ -55,13 +56,13 @@ def _compute(ctx: Context) -> pd.DataFrame:
                          "stall_us": stall, "ci95_us": ci, "program_busy_us": busy,
                          "iteration_us": float(out["iteration_us"][:, j].mean()),
                          "forced_writebacks_per_iteration": float(out["forced_writebacks"][:, j].mean())
-                         / (ITERATIONS - WARMUP),
+                         / (iterations - warmup),
                          "buffer_peak_bytes": float(out["buffer_peak_bytes"][:, j].max())})
     # window-aware with a shrinking SRAM KV budget: zero stall while windows suffice, then forced writebacks
     chunk, prob = workload(SWEEP_REQUESTS, ratio)
     points = [sc.hbflex_knobs(SWEEP_REQUESTS, chunk, prob, sram_kv_bytes=mb * 1e6)[0] for mb in SRAM_SWEEP_MB]
-    cfg = sc.config_for(points[0], "window", ITERATIONS, WARMUP)
-    out = batch.run(wb.stream_fn, ctx.streams, ctx.seed, batch.stack_knobs(points), cfg, knob_axis=True)
+    cfg = sc.config_for(points[0], "window", iterations, warmup)
+    out = batch.run(wb.stream_fn, streams, ctx.seed, batch.stack_knobs(points), cfg, knob_axis=True)
     for j, mb in enumerate(SRAM_SWEEP_MB):
         stall, ci = mean_ci95(out["stall_us_per_iteration"][:, j])
         rows.append({"policy": "window-aware SRAM sweep", "decode_requests": SWEEP_REQUESTS, "prefill_prob": prob,
@@ -69,7 +70,7 @@ def _compute(ctx: Context) -> pd.DataFrame:
                      "program_busy_us": float(out["program_busy_us_per_iteration"][:, j].mean()),
                      "iteration_us": float(out["iteration_us"][:, j].mean()),
                      "forced_writebacks_per_iteration": float(out["forced_writebacks"][:, j].mean())
-                     / (ITERATIONS - WARMUP),
+                     / (iterations - warmup),
                      "buffer_peak_bytes": float(out["buffer_peak_bytes"][:, j].max())})
     return pd.DataFrame(rows)
 

@@ -16,7 +16,7 @@ import pandas as pd
 from experiments.common import Comparison, Context, cached_table, fmt_ci, save_figure
 from hbfjax import batch
 from hbfjax.flash import gc, kv_lifetimes as kv
-from hbfjax.traces import default_trace_dir, load_trace
+from hbfjax.traces import load_trace
 
 TITLE = "HBFlex Fig. 19: KV GC write amplification — baseline, lifetime packing, + deferred reclamation"
 TRACES = {"Mooncake": "mooncake_conversation.jsonl", "SWE-bench": "swebench_miniswe_agent.csv",
@@ -30,12 +30,13 @@ KEEP_S = 120.0  # KV kept for prefix reuse after the session's last turn (then e
 LABEL_TICKS = 8.0
 
 
-def _compute(streams: int, seed: int) -> pd.DataFrame:
+def _compute(streams: int, seed: int, tiny: bool = False) -> pd.DataFrame:
     rows = []
-    for trace_name, file in TRACES.items():
-        trace = load_trace(default_trace_dir() / file)
+    for trace_name, file in list(TRACES.items())[1:2] if tiny else TRACES.items():  # tiny: SWE-bench only
+        trace = load_trace(file)
+        geom = {**GEOM, "n_blocks": 256, "warmup_ticks": 10, "measure_ticks": 20} if tiny else GEOM
         for scheme, alloc, gc_at in SCHEMES:
-            cfg = kv.KvConfig(**GEOM, allocation=alloc, lifetime="trace")
+            cfg = kv.KvConfig(**geom, allocation=alloc, lifetime="trace")
             arrays, facts = kv.trace_requests(trace, cfg, keep_s=KEEP_S)
             knobs = kv.knobs(cfg, label_ticks=LABEL_TICKS, evict_used=0.90, gc_trigger_used=gc_at, trace=arrays)
             out = batch.run(kv.simulate, streams, seed, knobs, cfg)
@@ -57,12 +58,12 @@ def run(ctx: Context) -> list[Comparison]:
     # Greedy victims on a fixed trace are deterministic: streams differ only by nothing, so two suffice.
     streams = 2
     table = cached_table(ctx, "hbflex19_waf", {"geom": GEOM, "keep_s": KEEP_S, "label_ticks": LABEL_TICKS,
-                                               "traces": list(TRACES)}, lambda: _compute(streams, ctx.seed))
+                                               "traces": list(TRACES)}, lambda: _compute(streams, ctx.seed, ctx.tiny))
     fig, ax = plt.subplots(figsize=(7.0, 4.2))
     width = 0.8 / len(SCHEMES)
     x = np.arange(len(TRACES))
     for i, (scheme, _, _) in enumerate(SCHEMES):
-        d = table[table.scheme == scheme].set_index("trace").loc[list(TRACES)]
+        d = table[table.scheme == scheme].set_index("trace").reindex(list(TRACES))
         bars = ax.bar(x + (i - 1) * width, d.waf, width, label=f"{scheme} (paper avg {PAPER[scheme]}×)")
         ax.bar_label(bars, fmt="%.2f", fontsize=7)
     ax.set_xticks(x, list(TRACES))
