@@ -184,8 +184,8 @@ def test_fetched_upstream_sessions_match_the_shared_csv():
     def first(name):
         found = [d / name for d in traces.search_path() if (d / name).exists()]
         if not found:
-            pytest.skip(f"{name} not found in {traces.search_path()}; get the upstream sessions with: "
-                        "hbfjax traces fetch swebench_miniswe_agent (the CSV comes with ../shared/traces)")
+            pytest.skip(f"{name} not found in {traces.search_path()}; the comparison needs the upstream sessions "
+                        "(hbfjax traces fetch swebench_miniswe_agent) and the derived CSV of ../shared/traces")
         return found[0]
 
     folder, shared = first("swebench_miniswe_agent"), first("swebench_miniswe_agent.csv")
