@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from hbfjax import rng
+from hbfjax.salts import Salt
 from hbfjax.validate import ConfigError
 
-SALT_ARRIVALS = 51
 
 
 @dataclass(frozen=True)
@@ -47,9 +48,17 @@ class BacklogKnobs:
     pages_per_iter: jax.Array  # f32[] λ: mean new pages per iteration
     window_pages: jax.Array  # f32[] w: page programs one window fits
 
+    @classmethod
+    def make(cls, pages_per_iter, window_pages) -> "BacklogKnobs":
+        return cls(jnp.asarray(pages_per_iter, jnp.float32), jnp.asarray(window_pages, jnp.float32))
 
-def backlog_knobs(pages_per_iter, window_pages) -> BacklogKnobs:
-    return BacklogKnobs(jnp.asarray(pages_per_iter, jnp.float32), jnp.asarray(window_pages, jnp.float32))
+
+class BacklogOutput(NamedTuple):
+    """One stream's backlog over the iterations after warm-up."""
+
+    mean_backlog_pages: jax.Array  # f32[]
+    p_backlog_positive: jax.Array  # f32[] fraction of iterations with a backlog
+    max_backlog_pages: jax.Array  # i32[]
 
 
 def poisson_table_size(lam: float) -> int:
@@ -74,12 +83,12 @@ def lindley_step(backlog: jax.Array, arrivals: jax.Array, window: jax.Array) -> 
     return jnp.maximum(backlog + arrivals - window, 0)
 
 
-def stream_fn(stream_id, seed, knobs: BacklogKnobs, config: BacklogConfig) -> dict:
-    """One stream of the synthetic backlog; means over the iterations after warm-up."""
+def simulate(stream_id, seed, knobs: BacklogKnobs, inputs: None, config: BacklogConfig) -> BacklogOutput:
+    """One stream of the synthetic backlog (no inputs); means over the iterations after warm-up."""
     cdf = poisson_cdf(knobs.pages_per_iter, config.max_arrivals)
     w = jnp.floor(knobs.window_pages).astype(jnp.int32)
     it = jnp.arange(config.iterations, dtype=jnp.uint32)
-    arrivals = poisson_from_uniform(rng.uniform01(rng.mix(seed, stream_id, it, SALT_ARRIVALS)), cdf)
+    arrivals = poisson_from_uniform(rng.uniform01(rng.mix(seed, stream_id, it, Salt.BACKLOG_ARRIVALS)), cdf)
 
     def step(b, n):
         b = lindley_step(b, n, w)
@@ -87,9 +96,8 @@ def stream_fn(stream_id, seed, knobs: BacklogKnobs, config: BacklogConfig) -> di
 
     _, b = jax.lax.scan(step, jnp.int32(0), arrivals)
     b = b[config.warmup_iterations:]
-    return {"mean_backlog_pages": jnp.mean(b.astype(jnp.float32)),
-            "p_backlog_positive": jnp.mean((b > 0).astype(jnp.float32)),
-            "max_backlog_pages": jnp.max(b)}
+    return BacklogOutput(mean_backlog_pages=jnp.mean(b.astype(jnp.float32)),
+                         p_backlog_positive=jnp.mean((b > 0).astype(jnp.float32)), max_backlog_pages=jnp.max(b))
 
 
 def exact_stationary(lam: float, w: int, tol: float = 1e-13, max_sweeps: int = 200_000) -> dict:

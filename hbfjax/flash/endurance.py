@@ -1,11 +1,12 @@
 """Flash lifetime from write amplification: DASH §VI-H formula and the HBFlex §3.3 budget.
-from hbfjax.validate import ConfigError
 
 Both return a dict with every input of the formula beside the result, so a reader can check it.
 Units: bytes, seconds, days; years are 365.25 days; TB = 1e12 B (as the papers).
 """
 
 from __future__ import annotations
+
+from hbfjax.validate import ConfigError
 
 SECONDS_PER_YEAR = 365.25 * 86400.0
 DAYS_PER_YEAR = 365.25
