@@ -10,7 +10,7 @@ import pytest
 from _compiles import compilations
 
 from hbfjax import batch
-from hbfjax.flash import formulation, gc, gc_overwrite as ow
+from hbfjax.flash.erase import formulation, gc, gc_overwrite as ow
 
 SEED, STREAM = jnp.uint32(7), jnp.int32(3)
 append = jax.jit(gc.append, static_argnums=4)

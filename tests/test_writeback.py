@@ -17,12 +17,12 @@ import pytest
 from _compiles import compilations
 
 from hbfjax import batch, stats
-from hbfjax.flash import backlog as bl
+from hbfjax.flash.programs import backlog as bl
 from hbfjax.workload import scenarios as sc
-from hbfjax.flash import writeback as wb
-from hbfjax.flash.interference import program_pages, read_wait_us
-from hbfjax.flash.timeline import apply_prefetch, make_timeline, window_after
-from hbfjax.flash.writeback_reference import reference_plan, reference_rollout
+from hbfjax.flash.programs import writeback as wb
+from hbfjax.flash.programs.interference import program_pages, read_wait_us
+from hbfjax.flash.programs.timeline import apply_prefetch, make_timeline, window_after
+from hbfjax.flash.programs.reference import reference_plan, reference_rollout
 from hbfjax.workload.scenarios import standard_timeline
 
 

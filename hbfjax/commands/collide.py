@@ -9,7 +9,7 @@ import numpy as np
 
 from hbfjax import batch, traces
 from hbfjax.commands._common import add_common_args, add_preset_arg, emit, preset_or_none
-from hbfjax.flash import collide, workingset
+from hbfjax.flash.reads import collide, workingset
 from hbfjax.hardware import preset
 from hbfjax.reports import fields, mean_ci_fields
 from hbfjax.validate import ConfigError

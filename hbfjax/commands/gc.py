@@ -7,9 +7,10 @@ import math
 
 from hbfjax import batch
 from hbfjax.commands._common import add_common_args, emit
-from hbfjax.flash import endurance, gc_analytic, gc_overwrite, kv_lifetimes
-from hbfjax.flash.gc import BlockConfig
+from hbfjax.flash.erase import endurance, analytic as gc_analytic, gc_overwrite, kv_lifetimes
+from hbfjax.flash.erase.gc import BlockConfig
 from hbfjax.reports import fields, gc_summary
+from hbfjax.workload.eviction import oldest_first
 from hbfjax.hardware import preset
 from hbfjax.validate import ConfigError
 
@@ -98,7 +99,8 @@ def _kv(args, streams):
                                 pages_per_tick=args.pages_per_tick, allocation=args.allocation,
                                 lifetime="trace" if args.trace else args.lifetime, victim=args.victim,
                                 victims_per_gc=args.victims_per_gc, warmup_ticks=args.ticks // 2,
-                                measure_ticks=args.ticks, label_fallback=args.label_fallback)
+                                measure_ticks=args.ticks, label_fallback=args.label_fallback,
+                                evict=oldest_first)
     trace = None
     if args.trace:
         from hbfjax.traces import load_trace

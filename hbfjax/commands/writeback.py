@@ -10,9 +10,9 @@ import numpy as np
 
 from hbfjax import batch, stats
 from hbfjax.commands._common import add_common_args, emit
-from hbfjax.flash import backlog as bl
+from hbfjax.flash.programs import backlog as bl
 from hbfjax.workload import scenarios as sc
-from hbfjax.flash import writeback as wb
+from hbfjax.flash.programs import writeback as wb
 from hbfjax.hardware import preset
 from hbfjax.reports import fields
 from hbfjax.validate import ConfigError

@@ -17,7 +17,7 @@ chunk) at the end of its ``kv_point`` segment. A policy decides when it is progr
   overlapping attention (DASH §V-B "Direct Prefill Write"); decode KV stays in HBM.
 
 The stall is never assumed: it is the wait of each read for the programs on its planes
-(:mod:`hbfjax.flash.interference`), so forced writebacks and overrunning programs cost exactly what
+(:mod:`hbfjax.flash.programs.interference`), so forced writebacks and overrunning programs cost exactly what
 the plane timeline says. One stream: ``simulate`` for :func:`hbfjax.batch.run`.
 """
 
@@ -31,8 +31,8 @@ import jax.numpy as jnp
 
 from hbfjax import rng
 from hbfjax.salts import Salt
-from hbfjax.flash.interference import program_pages, read_wait_us, touched_slots
-from hbfjax.flash.timeline import Timeline, apply_prefetch, window_after
+from hbfjax.flash.programs.interference import program_pages, read_wait_us, touched_slots
+from hbfjax.flash.programs.timeline import Timeline, apply_prefetch, window_after
 from hbfjax.validate import ConfigError
 
 POLICIES = ("immediate", "stripe", "window", "dash-hbm", "dash-prefill-direct")

@@ -19,8 +19,8 @@ import jax.numpy as jnp
 
 from hbfjax import rng
 from hbfjax.salts import Salt
-from hbfjax.flash import formulation, gc
-from hbfjax.flash.gc import BlockConfig, BlockState, require
+from hbfjax.flash.erase import formulation, gc
+from hbfjax.flash.erase.gc import BlockConfig, BlockState, require
 
 WORKLOADS = ("uniform", "hotcold")
 

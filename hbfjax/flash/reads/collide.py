@@ -16,7 +16,7 @@ hash of ``hbfjax.rng`` — no per-page table is stored (DESIGN.md §4):
 
 Runtime balancing (HBFlex §5.2): hot-plane offload serves the excess pages of the top fraction f of
 planes from base-die SRAM (``offload_hot_planes``); shared-prefix replicas and placement-aware chunk
-scheduling live in ``hbfjax.flash.workingset``. G, f, L and the page count are traced knobs, so one
+scheduling live in ``hbfjax.flash.reads.workingset``. G, f, L and the page count are traced knobs, so one
 compilation covers a sweep over them.
 """
 

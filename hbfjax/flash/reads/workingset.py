@@ -35,7 +35,7 @@ import numpy as np
 
 from hbfjax import rng
 from hbfjax.salts import Salt
-from hbfjax.flash.collide import (PLACEMENTS, PlacementKnobs, group_count, max_load, offload_hot_planes,
+from hbfjax.flash.reads.collide import (PLACEMENTS, PlacementKnobs, group_count, max_load, offload_hot_planes,
                                   place_pages, plane_loads)
 from hbfjax.validate import ConfigError
 
@@ -217,7 +217,7 @@ def _request_placement(knobs: WorkingSetKnobs, config: WorkingSetConfig) -> Plac
 def active_planes(words: tuple, state: WorkingSetState, knobs: WorkingSetKnobs, config: WorkingSetConfig):
     """Plane of every physical page the active set reads for one layer: (plane, valid) of [R, Lmax, Lp].
 
-    Placement is :func:`hbfjax.flash.collide.place_pages` (the one implementation) with each
+    Placement is :func:`hbfjax.flash.reads.collide.place_pages` (the one implementation) with each
     request's words ``(*words, uid)`` and, for plane groups, the group chosen at its arrival.
     """
     lmax, lp = config.max_logical_pages, config.max_pages_per_logical
