@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
+import re
 import sys
 
 from hbfjax import commands
@@ -28,8 +29,23 @@ def command_modules():
     return [importlib.import_module(f"hbfjax.commands.{name}") for name in names]
 
 
+# argparse's "argument --flag: '<text>': <rule>" from a hbfjax.validate.number type
+_TYPE_ERROR = re.compile(r"argument (--[\w-]+)(?:/\S+)?: ('.*'): (.*)")
+
+
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line on stderr (``prog: error: --flag = value: rule``),
+    exit status 2, like every ``ConfigError`` of a run; ``--help`` still prints the usage."""
+
+    def error(self, message: str):
+        m = _TYPE_ERROR.fullmatch(message)
+        if m:
+            message = f"{m.group(1)} = {m.group(2)}: {m.group(3)}"
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hbfjax", description=DESCRIPTION,
+    parser = Parser(prog="hbfjax", description=DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in command_modules():
@@ -38,11 +54,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one subcommand. A ``ConfigError`` or ``TraceError`` (a bad option, config or trace) is one
+    line on stderr and exit status 2, with nothing on stdout; any other exception is a bug and
+    propagates with its traceback."""
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (ConfigError, TraceError, ValueError) as err:
-        print(f"hbfjax {args.command}: error: {err}", file=sys.stderr)
+    except (ConfigError, TraceError) as err:
+        print(f"hbfjax {args.command}: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
 
 
