@@ -30,12 +30,14 @@ def require(ok: bool, owner: str, name: str, value, rule: str) -> None:
 
 
 def _bounds_rule(lo, hi, lo_open: bool, hi_open: bool) -> str:
-    parts = []
+    fmt = lambda v: f"{v:g}" if isinstance(v, float) else f"{v}"  # noqa: E731
+    if lo is not None and hi is not None:
+        return f"must be in {'(' if lo_open else '['}{fmt(lo)}, {fmt(hi)}{')' if hi_open else ']'}"
     if lo is not None:
-        parts.append(f"{'>' if lo_open else '>='} {lo:g}" if isinstance(lo, float) else f"{'>' if lo_open else '>='} {lo}")
+        return f"must be {'>' if lo_open else '>='} {fmt(lo)}"
     if hi is not None:
-        parts.append(f"{'<' if hi_open else '<='} {hi:g}" if isinstance(hi, float) else f"{'<' if hi_open else '<='} {hi}")
-    return "must be " + " and ".join(parts) if parts else ""
+        return f"must be {'<' if hi_open else '<='} {fmt(hi)}"
+    return ""
 
 
 def _in_bounds(value, lo, hi, lo_open: bool, hi_open: bool) -> bool:
@@ -116,7 +118,7 @@ def number(kind: type = float, lo=None, hi=None, *, lo_open: bool = False, hi_op
                 return require_int("", "", value, lo, hi)
             return require_real("", "", value, lo, hi, lo_open=lo_open, hi_open=hi_open)
         except ConfigError as err:  # message '<label> = <value>: <rule>' with an empty label
-            raise argparse.ArgumentTypeError(f"{text!r}: {str(err).split(': ', 1)[1]}") from None
+            raise argparse.ArgumentTypeError(f"{text}: {str(err).split(': ', 1)[1]}") from None
 
     parse.__name__ = "number" if kind is float else "integer"
     parse.kind, parse.lo, parse.hi, parse.lo_open, parse.hi_open = kind, lo, hi, lo_open, hi_open

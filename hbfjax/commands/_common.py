@@ -54,12 +54,14 @@ def require_applies(args, mode: str, applies: dict[str, bool]) -> None:
 
 
 @contextlib.contextmanager
-def blame(dest: str, value):
-    """Prefix a ``ConfigError`` raised inside with the option it comes from (``--flag = value: ...``)."""
+def blame(args, *dests: str):
+    """Prefix a ``ConfigError`` raised inside with the options its config is built from
+    (``--a = 1, --b = 2: <Config>.<field> = ...: <rule>``)."""
     try:
         yield
     except ConfigError as err:
-        raise ConfigError(f"{flag(dest)} = {value!r}: {err}") from None
+        named = ", ".join(f"{flag(d)} = {getattr(args, d)!r}" for d in dests)
+        raise ConfigError(f"{named}: {err}") from None
 
 
 def preset_or_none(name: str | None):

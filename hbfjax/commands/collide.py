@@ -149,7 +149,7 @@ def run(args) -> int:
     _check_options(args)
     planes, block, spec = _planes_and_block(args)
     group = planes if args.group_size is None else args.group_size
-    with blame("group_size", group):
+    with blame(args, "planes", "group_size"):
         collide.check_group_size(planes, group)
     page_bytes = spec.hbf.page_bytes
     if args.workload == "read":
@@ -194,7 +194,7 @@ def _run_attention(args, planes, block, group, page_bytes) -> int:
         context_pool(args), args.model_kv_bytes_per_token, group_size=group, offload_fraction=args.offload_fraction,
         logical_page_tokens=args.logical_page_tokens, pages_per_block=block,
         shared_prefix_tokens=args.shared_prefix_tokens, replicas=replicas)
-    with blame("replicas", replicas):
+    with blame(args, "replicas", "group_size"):
         workingset.check_replicas(replicas, planes, group, config)
     out = batch.run(workingset.simulate, args.streams, args.seed, knobs, config, chunk_streams=args.chunk_streams,
                     progress=not args.json)
