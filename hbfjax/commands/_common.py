@@ -55,12 +55,14 @@ def require_applies(args, mode: str, applies: dict[str, bool]) -> None:
 
 @contextlib.contextmanager
 def blame(args, *dests: str):
-    """Prefix a ``ConfigError`` raised inside with the options its config is built from
-    (``--a = 1, --b = 2: <Config>.<field> = ...: <rule>``)."""
+    """Prefix a ``ConfigError`` raised inside with those of the options its config is built from that
+    were given (``--a = 1, --b = 2: <Config>.<field> = ...: <rule>``)."""
     try:
         yield
     except ConfigError as err:
-        named = ", ".join(f"{flag(d)} = {getattr(args, d)!r}" for d in dests)
+        named = ", ".join(f"{flag(d)} = {getattr(args, d)!r}" for d in dests if given(args, d))
+        if not named:
+            raise
         raise ConfigError(f"{named}: {err}") from None
 
 
