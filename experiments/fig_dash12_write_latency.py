@@ -11,7 +11,7 @@ import pandas as pd
 
 from experiments.common import Comparison, Context, cached_table, save_figure
 from hbfjax import batch
-from hbfjax.flash import scenarios as sc
+from hbfjax.workload import scenarios as sc
 from hbfjax.flash import writeback as wb
 from hbfjax.hardware import preset
 
@@ -23,7 +23,7 @@ ATTENTION_US = 600.0  # mean attention per layer (scenarios.dash_knobs)
 
 
 def _compute(ctx: Context) -> pd.DataFrame:
-    knobs, _ = sc.dash_knobs(attention_us=ATTENTION_US)
+    knobs = sc.dash_knobs(attention_us=ATTENTION_US)
     hbf = preset("dash").hbf
     wave_pages = hbf.page_wave_bytes // hbf.page_bytes
     pages_per_token = sc.DASH_LAYERS * sc.DASH_KV_BYTES_PER_TOKEN_LAYER / hbf.page_bytes
@@ -33,13 +33,13 @@ def _compute(ctx: Context) -> pd.DataFrame:
     cfg = sc.config_for(knobs, "dash-hbm", iterations)
     # the DASH scenario is deterministic (every read touches all planes or none): a few streams suffice
     streams = min(ctx.streams, 4)
-    out = batch.run(wb.stream_fn, streams, ctx.seed, batch.stack_knobs(points), cfg, knob_axis=True)
+    out = batch.run(wb.simulate, streams, ctx.seed, batch.stack_knobs(points), cfg, knob_axis=True)
     total_waves = sc.DASH_SPILLED_KV_BYTES / hbf.page_wave_bytes
     rows = []
     for j, t in enumerate(T_PROG_US):
-        waves = float(out["forced_writebacks"][:, j].mean())
-        per_wave_stall = float(out["stall_us_total"][:, j].mean()) / waves
-        per_wave_busy = float(out["program_busy_us_total"][:, j].mean()) / waves
+        waves = float(out.forced_writebacks[:, j].mean())
+        per_wave_stall = float(out.stall_us_total[:, j].mean()) / waves
+        per_wave_busy = float(out.program_busy_us_total[:, j].mean()) / waves
         rows.append({"t_prog_us": t, "waves_simulated": waves, "stall_us_per_wave": per_wave_stall,
                      "program_busy_us_per_wave": per_wave_busy, "waves_full_run": total_waves,
                      "exposed_stall_s": per_wave_stall * total_waves * 1e-6,

@@ -14,6 +14,7 @@ import pandas as pd
 from experiments.common import Comparison, Context, cached_table, fmt_ci, save_figure
 from hbfjax import batch
 from hbfjax.flash import gc, gc_analytic as an, gc_overwrite as ow
+from hbfjax.reports import gc_summary
 
 TITLE = "GC write amplification vs spare factor (greedy, FIFO, random victim) with analytic models"
 SPARES = (0.07, 0.1, 0.15, 0.2, 0.3, 0.4)
@@ -31,14 +32,14 @@ def _compute(streams: int, seed: int) -> pd.DataFrame:
         cfg = ow.OverwriteConfig(blocks=bc, logical_pages=lmax, chunk_pages=PAGES, warmup_chunks=300,
                                  measure_chunks=400, gc_rounds=4)
         logical = [int(round((1 - s) * bc.physical_pages)) for s in SPARES]
-        knobs = batch.stack_knobs([ow.default_knobs(cfg, logical_pages=lp) for lp in logical])
+        knobs = batch.stack_knobs([ow.OverwriteKnobs.make(cfg, logical_pages=lp) for lp in logical])
         out = batch.run(ow.simulate, streams, seed, knobs, cfg, knob_axis=True)
         for j, (spare, lp) in enumerate(zip(SPARES, logical)):
-            res = gc.summarize({k: v[:, j] for k, v in out.items()}, bc.physical_pages, valid_pages=lp)
+            res = gc_summary({k: v[:, j] for k, v in out._asdict().items()}, bc.physical_pages, valid_pages=lp)
             rows.append({"victim": victim, "spare_factor": spare, "effective_spare_factor": res["effective_spare_factor"],
                          "alpha_effective": res["alpha_effective"], "waf": res["waf"], "ci95_waf": res["ci95_waf"],
                          "analytic_waf": MODELS[victim](res["alpha_effective"]), "streams": streams,
-                         "stalled_chunks": int(out["stalled_chunks"][:, j].sum()), "overflow": res["overflow"]})
+                         "stalled_chunks": int(out.stalled_chunks[:, j].sum()), "overflow": res["overflow"]})
     return pd.DataFrame(rows)
 
 

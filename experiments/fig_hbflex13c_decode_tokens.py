@@ -1,9 +1,8 @@
 """HBFlex Fig. 13c: decode tokens accumulated between consecutive prefill opportunities (SWE-bench replay).
 
-A small iteration-level replay (NumPy; the serving engine is a later issue): C concurrent agent tasks
-per GPU, each replaying SWE-bench sessions turn by turn — a turn arrives no earlier than the trace's
-gap after the previous turn's arrival and not before that turn finished; it is prefilled in 512-token
-chunks (one per waiting request per iteration) and then decodes one token per iteration. An iteration
+A small iteration-level replay (``hbfjax.workload.replay.session_replay``; the serving engine is a later
+issue): C concurrent agent tasks per GPU, each replaying SWE-bench sessions turn by turn, prefilled in
+512-token chunks and then decoding one token per iteration. An iteration
 with any prefill chunk is a prefill opportunity (HBFlex §5.3); the decode tokens produced since the
 previous one is what the SRAM must buffer under window-aware writeback.
 """
@@ -16,7 +15,8 @@ import pandas as pd
 
 from experiments.common import Comparison, Context, cached_table, save_figure
 from hbfjax import traces
-from hbfjax.flash import scenarios as sc
+from hbfjax.workload import scenarios as sc
+from hbfjax.workload.replay import session_replay
 
 TITLE = "HBFlex Fig. 13c — decode tokens between consecutive prefill opportunities (SWE-bench replay)"
 NAME = "hbflex13c_decode_tokens"
@@ -28,62 +28,10 @@ ITERATIONS, WARMUP = 4000, 1000
 THRESHOLD_TOKENS = 4096
 
 
-def _turns():
-    t = traces.load_trace(TRACE)
-    order = np.lexsort((t.arrival_s, t.session))
-    sess, arr = t.session[order], t.arrival_s[order]
-    new_in = np.maximum(t.input_tokens - t.prefix_tokens, 1)[order]
-    out = np.maximum(t.output_tokens, 1)[order]
-    same = np.r_[sess[1:] == sess[:-1], False]
-    gap = np.where(same, np.r_[np.diff(arr), 0.0], -1.0)  # −1: last turn of its session
-    starts = np.flatnonzero(np.r_[True, sess[1:] != sess[:-1]])
-    return new_in, out, gap, starts
-
-
 def replay(concurrency: int, streams: int, seed: int, iterations: int = ITERATIONS) -> dict:
-    """``intervals``: per stream, the decode tokens of every interval between consecutive prefill iterations
-    (after warm-up); ``decode_requests`` and ``prefill_tokens`` [streams, iterations]: the per-iteration
-    inputs a writeback rollout takes (``hbfjax.flash.writeback.rollout``)."""
-    new_in, out, gap, starts = _turns()
-    rng = np.random.default_rng(seed)
-    shape = (streams, concurrency)
-    turn = rng.integers(0, new_in.size, shape)  # start anywhere in a session
-    phase = np.zeros(shape, np.int8)  # 0 waiting, 1 prefill, 2 decode
-    remaining = np.zeros(shape, np.int64)
-    next_s = rng.uniform(0, 5.0, shape)
-    arrival = np.zeros(shape)
-    acc = np.zeros(streams, np.int64)
-    intervals = [[] for _ in range(streams)]
-    dec_it = np.zeros((streams, iterations), np.float32)
-    pre_it = np.zeros((streams, iterations), np.float32)
-    for k in range(iterations):
-        t = k * ITERATION_S
-        arrive = (phase == 0) & (next_s <= t)
-        phase[arrive], remaining[arrive], arrival[arrive] = 1, new_in[turn[arrive]], t
-        decoding = phase == 2
-        prefilling = phase == 1
-        acc += decoding.sum(axis=1)
-        opportunity = prefilling.any(axis=1)
-        dec_it[:, k] = decoding.sum(axis=1)
-        pre_it[:, k] = np.where(prefilling, np.minimum(remaining, CHUNK), 0).sum(axis=1)
-        remaining[decoding] -= 1
-        remaining[prefilling] -= CHUNK
-        to_decode = prefilling & (remaining <= 0)
-        phase[to_decode], remaining[to_decode] = 2, out[turn[to_decode]]
-        done = decoding & (remaining <= 0)
-        g = gap[turn]
-        more = done & (g >= 0)
-        next_s[more] = np.maximum(t, arrival[more] + g[more])
-        turn[more] += 1
-        fresh = done & (g < 0)  # session over: the task starts a random new session
-        turn[fresh] = starts[rng.integers(0, starts.size, int(fresh.sum()))]
-        next_s[fresh] = t
-        phase[done] = 0
-        if k >= WARMUP:
-            for s in np.flatnonzero(opportunity):
-                intervals[s].append(acc[s])
-        acc[opportunity] = 0
-    return {"intervals": [np.asarray(v) for v in intervals], "decode_requests": dec_it, "prefill_tokens": pre_it}
+    """The SWE-bench session replay at this figure's settings (``hbfjax.workload.replay.session_replay``)."""
+    return session_replay(traces.load_trace(TRACE), concurrency, streams, seed, iterations=iterations, warmup=WARMUP,
+                          iteration_s=ITERATION_S, chunk_tokens=CHUNK)
 
 
 def _compute(ctx: Context) -> pd.DataFrame:

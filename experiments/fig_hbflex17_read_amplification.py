@@ -30,7 +30,7 @@ PAPER = {"random": 5.97, "plane-balanced": 3.95, "plane-balanced + runtime": 2.2
 
 def _compute(ctx: Context) -> pd.DataFrame:
     planes = preset("hbflex").hbf.parallel_units
-    contexts = traces.load_trace(TRACE).context_tokens
+    contexts = workingset.WorkingSetInputs.make(traces.load_trace(TRACE).context_tokens)
     streams = max(4, ctx.streams // 32)
     rows = []
     for model, spec in MODELS.items():
@@ -38,13 +38,13 @@ def _compute(ctx: Context) -> pd.DataFrame:
             for label, (placement, schedule, f) in CONFIGS.items():
                 config = workingset.attention_config(planes, slots, spec["kv_bytes_per_token"], measurements=2,
                                                      placement=placement, schedule=schedule)
-                knobs = workingset.working_set_knobs(contexts, spec["kv_bytes_per_token"], group_size=GROUP_SIZE,
-                                                     offload_fraction=f)
-                out = batch.run(workingset.simulate, streams, ctx.seed, knobs, config)
-                mean, ci = mean_ci95(out["amplification"].mean(axis=1))
+                knobs = workingset.WorkingSetKnobs.make(spec["kv_bytes_per_token"], group_size=GROUP_SIZE,
+                                                        offload_fraction=f)
+                out = batch.run(workingset.simulate, streams, ctx.seed, knobs, config, inputs=contexts)
+                mean, ci = mean_ci95(out.amplification.mean(axis=1))
                 rows.append({"model": model, "concurrency": slots, "config": label, "amplification": mean,
                              "ci95": ci, "streams": streams, "truncated_fraction":
-                             float(out["truncated_requests"].sum() / out["arrivals"].sum())})
+                             float(out.truncated_requests.sum() / out.arrivals.sum())})
     return pd.DataFrame(rows)
 
 

@@ -8,7 +8,7 @@ import pandas as pd
 
 from experiments.common import Comparison, Context, cached_table, fmt_ci, save_figure
 from hbfjax import batch, traces
-from hbfjax.flash import scenarios as sc
+from hbfjax.workload import scenarios as sc
 from hbfjax.flash import writeback as wb
 from hbfjax.stats import mean_ci95
 
@@ -45,32 +45,32 @@ def _compute(ctx: Context) -> pd.DataFrame:
         points = []
         for r in DECODE_REQUESTS:
             chunk, prob = workload(r, ratio)
-            points.append(sc.hbflex_knobs(r, chunk, prob, stripe_pages=g)[0])
+            points.append(sc.hbflex_knobs(r, chunk, prob, stripe_pages=g))
         cfg = sc.config_for(points[0], policy, ITERATIONS, WARMUP)
-        out = batch.run(wb.stream_fn, ctx.streams, ctx.seed, batch.stack_knobs(points), cfg, knob_axis=True)
+        out = batch.run(wb.simulate, ctx.streams, ctx.seed, batch.stack_knobs(points), cfg, knob_axis=True)
         for j, r in enumerate(DECODE_REQUESTS):
-            stall, ci = mean_ci95(out["stall_us_per_iteration"][:, j])
-            busy, _ = mean_ci95(out["program_busy_us_per_iteration"][:, j])
+            stall, ci = mean_ci95(out.stall_us_per_iteration[:, j])
+            busy, _ = mean_ci95(out.program_busy_us_per_iteration[:, j])
             rows.append({"policy": label, "decode_requests": r, "prefill_prob": workload(r, ratio)[1],
                          "stall_us": stall, "ci95_us": ci, "program_busy_us": busy,
-                         "iteration_us": float(out["iteration_us"][:, j].mean()),
-                         "forced_writebacks_per_iteration": float(out["forced_writebacks"][:, j].mean())
+                         "iteration_us": float(out.iteration_us[:, j].mean()),
+                         "forced_writebacks_per_iteration": float(out.forced_writebacks[:, j].mean())
                          / (ITERATIONS - WARMUP),
-                         "buffer_peak_bytes": float(out["buffer_peak_bytes"][:, j].max())})
+                         "buffer_peak_bytes": float(out.buffer_peak_bytes[:, j].max())})
     # window-aware with a shrinking SRAM KV budget: zero stall while windows suffice, then forced writebacks
     chunk, prob = workload(SWEEP_REQUESTS, ratio)
-    points = [sc.hbflex_knobs(SWEEP_REQUESTS, chunk, prob, sram_kv_bytes=mb * 1e6)[0] for mb in SRAM_SWEEP_MB]
+    points = [sc.hbflex_knobs(SWEEP_REQUESTS, chunk, prob, sram_kv_bytes=mb * 1e6) for mb in SRAM_SWEEP_MB]
     cfg = sc.config_for(points[0], "window", ITERATIONS, WARMUP)
-    out = batch.run(wb.stream_fn, ctx.streams, ctx.seed, batch.stack_knobs(points), cfg, knob_axis=True)
+    out = batch.run(wb.simulate, ctx.streams, ctx.seed, batch.stack_knobs(points), cfg, knob_axis=True)
     for j, mb in enumerate(SRAM_SWEEP_MB):
-        stall, ci = mean_ci95(out["stall_us_per_iteration"][:, j])
+        stall, ci = mean_ci95(out.stall_us_per_iteration[:, j])
         rows.append({"policy": "window-aware SRAM sweep", "decode_requests": SWEEP_REQUESTS, "prefill_prob": prob,
                      "sram_mb": mb, "stall_us": stall, "ci95_us": ci,
-                     "program_busy_us": float(out["program_busy_us_per_iteration"][:, j].mean()),
-                     "iteration_us": float(out["iteration_us"][:, j].mean()),
-                     "forced_writebacks_per_iteration": float(out["forced_writebacks"][:, j].mean())
+                     "program_busy_us": float(out.program_busy_us_per_iteration[:, j].mean()),
+                     "iteration_us": float(out.iteration_us[:, j].mean()),
+                     "forced_writebacks_per_iteration": float(out.forced_writebacks[:, j].mean())
                      / (ITERATIONS - WARMUP),
-                     "buffer_peak_bytes": float(out["buffer_peak_bytes"][:, j].max())})
+                     "buffer_peak_bytes": float(out.buffer_peak_bytes[:, j].max())})
     return pd.DataFrame(rows)
 
 

@@ -15,7 +15,9 @@ import pandas as pd
 
 from experiments.common import Comparison, Context, cached_table, fmt_ci, save_figure
 from hbfjax import batch
-from hbfjax.flash import gc, kv_lifetimes as kv
+from hbfjax.flash import kv_lifetimes as kv
+from hbfjax.reports import gc_summary
+from hbfjax.workload.replay import kv_trace_requests
 from hbfjax.traces import default_trace_dir, load_trace
 
 TITLE = "HBFlex Fig. 19: KV GC write amplification — baseline, lifetime packing, + deferred reclamation"
@@ -36,16 +38,17 @@ def _compute(streams: int, seed: int) -> pd.DataFrame:
         trace = load_trace(default_trace_dir() / file)
         for scheme, alloc, gc_at in SCHEMES:
             cfg = kv.KvConfig(**GEOM, allocation=alloc, lifetime="trace")
-            arrays, facts = kv.trace_requests(trace, cfg, keep_s=KEEP_S)
-            knobs = kv.knobs(cfg, label_ticks=LABEL_TICKS, evict_used=0.90, gc_trigger_used=gc_at, trace=arrays)
-            out = batch.run(kv.simulate, streams, seed, knobs, cfg)
-            res = gc.summarize(out, cfg.blocks.physical_pages)
+            arrays, facts = kv_trace_requests(trace, cfg.warmup_ticks + cfg.measure_ticks, cfg.blocks.physical_pages,
+                                              cfg.pages_per_tick, keep_s=KEEP_S)
+            knobs = kv.KvKnobs.make(cfg, label_ticks=LABEL_TICKS, evict_used=0.90, gc_trigger_used=gc_at)
+            out = batch.run(kv.simulate, streams, seed, knobs, cfg, inputs=kv.KvInputs.make(arrays))
+            res = gc_summary(out, cfg.blocks.physical_pages)
             rows.append({"trace": trace_name, "scheme": scheme, "allocation": alloc, "gc_trigger_used": gc_at,
                          "gc_trigger_used_effective": float(knobs.gc_trigger_used), "waf": res["waf"],
                          "ci95_waf": res["ci95_waf"], "host_writes": res["host_writes"],
-                         "migrated_pages": res["migrated_pages"], "evicted": int(out["evicted_requests"].sum()),
-                         "admitted": int(out["admitted_requests"].sum()), "stalled_ticks": int(out["stalled_ticks"].sum()),
-                         "label_fallback_pages": int(out["label_fallback_pages"].sum()),
+                         "migrated_pages": res["migrated_pages"], "evicted": int(out.evicted_requests.sum()),
+                         "admitted": int(out.admitted_requests.sum()), "stalled_ticks": int(out.stalled_ticks.sum()),
+                         "label_fallback_pages": int(out.label_fallback_pages.sum()),
                          "tick_s": facts["tick_s"], "tokens_per_page": facts["tokens_per_page"],
                          "overflow": res["overflow"], "streams": streams})
     return pd.DataFrame(rows)

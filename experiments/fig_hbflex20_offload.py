@@ -26,17 +26,17 @@ def _compute(ctx: Context) -> pd.DataFrame:
     streams = max(4, ctx.streams // 16)
     rows = []
     for trace in TRACES:
-        contexts = traces.load_trace(trace).context_tokens
+        contexts = workingset.WorkingSetInputs.make(traces.load_trace(trace).context_tokens)
         for model, spec in MODELS.items():
             config = workingset.attention_config(hbf.parallel_units, SLOTS, spec["kv_bytes_per_token"], measurements=2)
-            points = batch.stack_knobs([workingset.working_set_knobs(contexts, spec["kv_bytes_per_token"],
-                                                                     group_size=GROUP_SIZE, offload_fraction=f)
+            points = batch.stack_knobs([workingset.WorkingSetKnobs.make(spec["kv_bytes_per_token"],
+                                                                        group_size=GROUP_SIZE, offload_fraction=f)
                                         for f in FRACTIONS])
-            out = batch.run(workingset.simulate, streams, ctx.seed, points, config, knob_axis=True)
+            out = batch.run(workingset.simulate, streams, ctx.seed, points, config, inputs=contexts, knob_axis=True)
             for i, f in enumerate(FRACTIONS):
-                ratio, ratio_ci = mean_ci95(out["offload_max_to_avg_load"][:, i].mean(axis=-1))
+                ratio, ratio_ci = mean_ci95(out.offload_max_to_avg_load[:, i].mean(axis=-1))
                 # one layer's offload, times the layers, spread over the stacks
-                sram = out["sram_bytes"][:, i].mean(axis=-1) * spec["layers"] / hbf.stacks / MB
+                sram = out.sram_bytes[:, i].mean(axis=-1) * spec["layers"] / hbf.stacks / MB
                 sram_mean, sram_ci = mean_ci95(sram)
                 rows.append({"trace": trace.split(".")[0], "model": model, "offload_fraction": f,
                              "max_to_avg_load": ratio, "ci95_max_to_avg": ratio_ci,

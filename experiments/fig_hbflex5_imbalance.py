@@ -24,19 +24,19 @@ PLACEMENTS = ("random", "plane-group")
 def _compute(ctx: Context) -> pd.DataFrame:
     planes = preset("hbflex").hbf.parallel_units
     kv = MODELS["Qwen3-235B"]["kv_bytes_per_token"]
-    contexts = traces.load_trace(TRACE).context_tokens
+    contexts = workingset.WorkingSetInputs.make(traces.load_trace(TRACE).context_tokens)
     streams = max(4, ctx.streams // 32)
     rows = []
     for placement in PLACEMENTS:
         config = workingset.attention_config(planes, SLOTS, kv, measurements=MEASUREMENTS, placement=placement,
                                              max_context_tokens=32768)
-        knobs = workingset.working_set_knobs(contexts, kv, group_size=GROUP_SIZE)
-        out = batch.run(workingset.simulate, streams, ctx.seed, knobs, config)
+        knobs = workingset.WorkingSetKnobs.make(kv, group_size=GROUP_SIZE)
+        out = batch.run(workingset.simulate, streams, ctx.seed, knobs, config, inputs=contexts)
         for m in range(MEASUREMENTS):
             for s in range(streams):
                 rows.append({"placement": placement, "stream": s, "event": (m + 1) * config.events_per_measurement,
-                             "max_to_avg_load": float(out["max_to_avg_load"][s, m]),
-                             "hot_plane_fraction": float(out["hot_plane_fraction"][s, m])})
+                             "max_to_avg_load": float(out.max_to_avg_load[s, m]),
+                             "hot_plane_fraction": float(out.hot_plane_fraction[s, m])})
     return pd.DataFrame(rows)
 
 

@@ -26,15 +26,15 @@ def _compute(ctx: Context) -> pd.DataFrame:
     config = collide.ReadConfig(planes=planes, max_pages=pages, placement="plane-group")
     sizes = [max(1, t * KV_BYTES_PER_TOKEN // hbf.page_bytes) for t in TOKENS]
     # random logical-page placement: one group of all planes, each logical page striped over L planes
-    knobs = batch.stack_knobs([collide.ReadKnobs(jnp.int32(pages), collide.placement_knobs(planes, size))
+    knobs = batch.stack_knobs([collide.ReadKnobs(jnp.int32(pages), collide.PlacementKnobs.make(planes, size))
                                for size in sizes])
-    out = batch.run(collide.simulate_read, ctx.streams * 4, ctx.seed, knobs, config, knob_axis=True)
+    out = batch.run(collide.simulate, ctx.streams * 4, ctx.seed, knobs, config, knob_axis=True)
     rows = []
     for i, (t, size) in enumerate(zip(TOKENS, sizes)):
-        mean, ci = mean_ci95(out["amplification"][:, i])
+        mean, ci = mean_ci95(out.amplification[:, i])
         rows.append({"logical_page_tokens": t, "logical_page_kib": t * KV_BYTES_PER_TOKEN / 1024,
                      "physical_pages_per_logical": size, "amplification": mean, "ci95": ci,
-                     "max_plane_pages": float(out["waves"][:, i].mean())})
+                     "max_plane_pages": float(out.waves[:, i].mean())})
     return pd.DataFrame(rows)
 
 

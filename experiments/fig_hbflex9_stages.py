@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.common import Comparison, Context, cached_table, save_figure
-from hbfjax.flash import scenarios as sc
+from hbfjax.workload import scenarios as sc
 from hbfjax.flash.timeline import apply_prefetch, window_after
 from hbfjax.hardware import preset
 
@@ -21,7 +21,7 @@ STAGES = ("qkv_proj", "attention", "ffn")
 
 def _windows(decode_requests: float, prefill_tokens: float) -> tuple[float, float]:
     """Longest read-free window of a layer (µs) without and with weight prefetch (HBFlex Fig. 13a)."""
-    knobs, _ = sc.hbflex_knobs(decode_requests, prefill_tokens, 1.0, layers=1)
+    knobs = sc.hbflex_knobs(decode_requests, prefill_tokens, 1.0, layers=1)
     out = []
     for pf in (0.0, 1.0):
         gd, gp, start = window_after(apply_prefetch(knobs.timeline, jnp.float32(pf)))

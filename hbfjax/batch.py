@@ -1,8 +1,11 @@
 """The batch layer: vmap a one-stream simulation over streams × knob points, shard streams over devices.
 
-Model code is written for one stream (mctx style): ``fn(stream_id, seed, knobs, config) -> outputs``
-where ``stream_id`` is an int32 scalar, ``seed`` a uint32 scalar, ``knobs`` a pytree of arrays and
-``config`` a hashable static dataclass. This module vmaps it once at the top:
+Model code is written for one stream (mctx style), one protocol for every mechanism (DESIGN.md §3):
+``simulate(stream_id, seed, knobs, inputs, config) -> outputs`` where ``stream_id`` is an int32
+scalar, ``seed`` a uint32 scalar, ``knobs`` a pytree of arrays (what a user sweeps or tunes),
+``inputs`` a pytree of the data the run consumes (a trace's requests; ``None`` when there are none;
+shared by every stream and knob point, never swept) and ``config`` a hashable static dataclass.
+Outputs are a typed NamedTuple. This module vmaps it once at the top:
 
 * over streams (the leading axis of every output, sharded over all visible devices), and
 * optionally over knob points (a leading axis on every knob leaf; the second axis of the outputs),
@@ -10,7 +13,8 @@ where ``stream_id`` is an int32 scalar, ``seed`` a uint32 scalar, ``knobs`` a py
   knob point, so knob points are compared on identical randomness.
 
 One ``jax.jit`` wraps the whole batched call; ``config`` is static, ``seed`` and knobs are traced, so
-changing a knob value or the seed never recompiles (tested in ``tests/test_batch.py``). Each stream's
+changing a knob value, an input's values or the seed never recompiles (tested with
+``jax.log_compiles`` in the mechanism tests). Each stream's
 result is independent of how many devices share the batch (padding streams are computed and dropped).
 """
 
@@ -26,30 +30,32 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from hbfjax import rng
 from hbfjax.validate import SEED_MAX, ConfigError, require_int
 
-StreamFn = Callable[[jax.Array, jax.Array, Any, Any], Any]
+StreamFn = Callable[[jax.Array, jax.Array, Any, Any, Any], Any]
 
 
 @functools.cache
 def _batched(fn: StreamFn, knob_axis: bool, map_streams: int | None):
     per_stream = fn
     if knob_axis:
-        per_stream = jax.vmap(fn, in_axes=(None, None, 0, None))  # knob points, shared stream draws
-    over_streams = jax.vmap(per_stream, in_axes=(0, None, None, None))
+        per_stream = jax.vmap(fn, in_axes=(None, None, 0, None, None))  # knob points, shared stream draws
+    over_streams = jax.vmap(per_stream, in_axes=(0, None, None, None, None))
     if not map_streams:
-        return jax.jit(over_streams, static_argnums=3)
+        return jax.jit(over_streams, static_argnums=4)
 
-    def mapped(ids, seed, knobs, config):
+    def mapped(ids, seed, knobs, inputs, config):
         chunks = ids.reshape(-1, map_streams)
-        out = jax.lax.map(lambda chunk: over_streams(chunk, seed, knobs, config), chunks)
+        out = jax.lax.map(lambda chunk: over_streams(chunk, seed, knobs, inputs, config), chunks)
         return jax.tree_util.tree_map(lambda a: a.reshape((-1,) + a.shape[2:]), out)
 
-    return jax.jit(mapped, static_argnums=3)
+    return jax.jit(mapped, static_argnums=4)
 
 
 def compiled(fn: StreamFn, knob_axis: bool = False, map_streams: int | None = None):
-    """The jitted batched function for ``fn``: ``(stream_ids[S], seed, knobs, config) -> outputs[S, ...]``.
+    """The jitted batched function for ``fn``: ``(stream_ids[S], seed, knobs, inputs, config) -> outputs[S, ...]``.
 
     With ``map_streams`` the streams are vmapped ``map_streams`` at a time inside one ``lax.map``
     (S must then be a multiple of it): on a CPU this keeps each chunk's working arrays in cache
@@ -75,7 +81,7 @@ def stream_ids(first: int, count: int, multiple: int = 1) -> jax.Array:
     return jax.device_put(ids, NamedSharding(stream_mesh(), PartitionSpec("streams")))
 
 
-def run(fn: StreamFn, n_streams: int, seed: int, knobs, config, *, knob_axis: bool = False,
+def run(fn: StreamFn, n_streams: int, seed: int, knobs, config, *, inputs=None, knob_axis: bool = False,
         chunk_streams: int | None = None, map_streams: int | None = None, progress: bool = False) -> Any:
     """Simulate ``n_streams`` streams and return the outputs as NumPy arrays with a leading stream axis.
 
@@ -89,11 +95,11 @@ def run(fn: StreamFn, n_streams: int, seed: int, knobs, config, *, knob_axis: bo
     map_streams = min(map_streams, chunk) if map_streams else None
     batched = compiled(fn, knob_axis, map_streams)
     # a uint32 hash word: 2^32 would alias seed 0, so it is refused rather than wrapped
-    seed_u32 = jnp.uint32(require_int("batch.run", "seed", seed, 0, SEED_MAX))
+    seed_u32 = rng.seed_word(require_int("batch.run", "seed", seed, 0, SEED_MAX))
     pieces = []
     t0 = time.perf_counter()
     for first in range(0, n_streams, chunk):
-        out = batched(stream_ids(first, chunk, map_streams or 1), seed_u32, knobs, config)
+        out = batched(stream_ids(first, chunk, map_streams or 1), seed_u32, knobs, inputs, config)
         take = min(chunk, n_streams - first)
         pieces.append(jax.tree_util.tree_map(lambda a, take=take: np.asarray(a)[:take], out))
         if progress:

@@ -7,13 +7,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _compiles import compilations
 
 from hbfjax import batch
 from hbfjax.flash import formulation, gc, gc_overwrite as ow
 
 SEED, STREAM = jnp.uint32(7), jnp.int32(3)
 append = jax.jit(gc.append, static_argnums=4)
-reclaim = jax.jit(gc.reclaim, static_argnums=4)
+reclaim = jax.jit(gc.reclaim, static_argnums=3)
 
 
 def test_block_reclaimed_by_hand_in_a_tiny_device():
@@ -27,7 +28,7 @@ def test_block_reclaimed_by_hand_in_a_tiny_device():
     # Overwrite tags 0, 1, 2 by hand: block 0 keeps one valid page (tag 3).
     st = dataclasses.replace(st, owner=st.owner.at[0, :3].set(-1), valid=st.valid.at[0].set(1))
     # Greedy: the only candidate is block 0 (block 1 is open). Target: one more free block.
-    st, (owners, dblk, dpage, mask) = reclaim(st, jnp.int32(3 * 4), SEED, STREAM, bc)
+    st, (owners, dblk, dpage, mask) = reclaim((SEED, STREAM), st, jnp.int32(3 * 4), bc)
     moved = [(int(o), int(b), int(p)) for o, b, p, m in zip(owners, dblk, dpage, mask) if m]
     assert moved == [(3, 2, 0)]  # tag 3 → first page of block 2 (block 1 was full)
     assert st.valid.tolist() == [0, 4, 1, 0]
@@ -50,7 +51,7 @@ def test_one_free_block_lets_a_round_reuse_its_own_victims():
     tags = jnp.arange(12, dtype=jnp.int32)
     st, _, _ = append(st, tags, jnp.zeros_like(tags), jnp.ones(12, bool), bc)
     st = dataclasses.replace(st, owner=st.owner.at[0, 0].set(-1).at[1, 0].set(-1), valid=st.valid.at[:2].set(3))
-    st, (owners, dblk, dpage, mask) = reclaim(st, jnp.int32(16), SEED, STREAM, bc)
+    st, (owners, dblk, dpage, mask) = reclaim((SEED, STREAM), st, jnp.int32(16), bc)
     moved = [(int(o), int(b), int(p)) for o, b, p, m in zip(owners, dblk, dpage, mask) if m]
     assert moved == [(1, 3, 0), (2, 3, 1), (3, 3, 2), (5, 3, 3), (6, 0, 0), (7, 0, 1)]
     assert st.valid.tolist() == [2, 0, 4, 4] and st.erases.tolist() == [1, 1, 0, 0]
@@ -92,7 +93,7 @@ def test_reclaim_below_target_does_nothing():
     st = gc.init_state(bc)
     tags = jnp.arange(8, dtype=jnp.int32)
     st, _, _ = append(st, tags, jnp.zeros_like(tags), jnp.ones(8, bool), bc)
-    st2, _ = reclaim(st, jnp.int32(0), SEED, STREAM, bc)
+    st2, _ = reclaim((SEED, STREAM), st, jnp.int32(0), bc)
     assert int(st2.erases.sum()) == 0 and int(st2.migrated_pages) == 0 and int(st2.gc_invocations) == 0
 
 
@@ -111,17 +112,16 @@ def test_smallest_matches_a_stable_sort_with_ties_and_non_candidates(name):
     imax = formulation.INT_MAX
     greedy = np.where(rng.random(50) < 0.33, imax, rng.integers(0, 9, 50)).astype(np.int32)
     hashed = np.where(rng.random(50) < 0.33, imax, rng.integers(0, 40, 50)).astype(np.int32)
-    with formulation.use(name):
-        for score, max_score in ((greedy, 8), (hashed, None)):
-            n_cand = int((score < imax).sum())
-            for g in (1, 5, n_cand + 3):
-                # A fresh function per trace: jit caches traces per function, whatever the formulation.
-                search = lambda s: formulation.smallest(s, g, max_score)  # noqa: B023, E731
-                assert ("top_k" in str(jax.make_jaxpr(search)(score))) == (name == "gpu")
-                idx, val = jax.jit(search)(jnp.asarray(score))
-                want_idx, want_val = _smallest_by_sorting(score, g)
-                np.testing.assert_array_equal(np.asarray(val), want_val, err_msg=f"{name} g={g} max={max_score}")
-                np.testing.assert_array_equal(np.asarray(idx), want_idx, err_msg=f"{name} g={g} max={max_score}")
+    cpu = formulation.cpu_form(name)
+    for score, max_score in ((greedy, 8), (hashed, None)):
+        n_cand = int((score < imax).sum())
+        for g in (1, 5, n_cand + 3):
+            search = lambda s: formulation.smallest(s, g, max_score, cpu=cpu)  # noqa: B023, E731
+            assert ("top_k" in str(jax.make_jaxpr(search)(score))) == (name == "gpu")
+            idx, val = jax.jit(search)(jnp.asarray(score))
+            want_idx, want_val = _smallest_by_sorting(score, g)
+            np.testing.assert_array_equal(np.asarray(val), want_val, err_msg=f"{name} g={g} max={max_score}")
+            np.testing.assert_array_equal(np.asarray(idx), want_idx, err_msg=f"{name} g={g} max={max_score}")
 
 
 def _check_overwrite_invariants(s: ow.OverwriteState, cfg: ow.OverwriteConfig):
@@ -143,8 +143,8 @@ def _check_overwrite_invariants(s: ow.OverwriteState, cfg: ow.OverwriteConfig):
 def test_overwrite_conserves_pages_and_loses_none_after_every_step(victim):
     bc = gc.BlockConfig(n_blocks=24, pages_per_block=8, victim=victim, victims_per_gc=4)
     cfg = ow.OverwriteConfig(blocks=bc, logical_pages=144, chunk_pages=8, warmup_chunks=0, measure_chunks=1)
-    knobs = ow.default_knobs(cfg)
-    step = jax.jit(lambda s: ow.step(s, SEED, STREAM, knobs, cfg, True))
+    knobs = ow.OverwriteKnobs.make(cfg)
+    step = jax.jit(lambda s: ow.step((SEED, STREAM), s, knobs, cfg, True))
     s = ow.filled_state(cfg)
     _check_overwrite_invariants(s, cfg)
     for _ in range(40):
@@ -182,16 +182,14 @@ def test_jit_equals_eager_on_a_small_case():
     # One amortised GC round (victim search, batched migration, erase) with random victims on a
     # state that needs it; eager op-by-op and jitted must agree bit for bit.
     bc = SMALL.blocks
-    knobs = ow.default_knobs(SMALL)
-    del knobs
     filled = jax.jit(ow.filled_state, static_argnums=0)(SMALL).blocks
     own = np.asarray(filled.owner).copy()
     own[np.random.default_rng(0).random(own.shape) < 0.4] = -1  # overwritten elsewhere
     st = dataclasses.replace(filled, owner=jnp.asarray(own), valid=jnp.asarray((own >= 0).sum(1), jnp.int32))
     target = jnp.int32(bc.physical_pages // 2)
-    jitted, _ = reclaim(st, target, SEED, STREAM, bc)
+    jitted, _ = reclaim((SEED, STREAM), st, target, bc)
     with jax.disable_jit():
-        eager, _ = gc.reclaim(st, target, SEED, STREAM, bc)
+        eager, _ = gc.reclaim((SEED, STREAM), st, target, bc)
     assert int(jitted.migrated_pages) > 0 and int(jitted.gc_invocations) == 1  # the round did migrate
     for a, b in zip(jax.tree_util.tree_leaves(jitted), jax.tree_util.tree_leaves(eager)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
@@ -199,15 +197,14 @@ def test_jit_equals_eager_on_a_small_case():
 
 def test_no_retrace_across_knob_values_and_same_seed_same_result():
     cfg = dataclasses.replace(SMALL, workload="hotcold")
-    fn = batch.compiled(ow.simulate, False)
-    a = batch.run(ow.simulate, 4, 1, ow.default_knobs(cfg, hot_fraction=0.1, hot_write_fraction=0.9), cfg)
-    size = fn._cache_size()
-    b = batch.run(ow.simulate, 4, 1, ow.default_knobs(cfg, hot_fraction=0.3, hot_write_fraction=0.6), cfg)
-    c = batch.run(ow.simulate, 4, 1, ow.default_knobs(cfg, hot_fraction=0.1, hot_write_fraction=0.9), cfg)
-    assert fn._cache_size() == size
-    assert not np.array_equal(a["migrated_pages"], b["migrated_pages"])
-    for key in a:
-        np.testing.assert_array_equal(a[key], c[key])
+    a = batch.run(ow.simulate, 4, 1, ow.OverwriteKnobs.make(cfg, hot_fraction=0.1, hot_write_fraction=0.9), cfg)
+    with compilations("simulate") as compiled:
+        b = batch.run(ow.simulate, 4, 1, ow.OverwriteKnobs.make(cfg, hot_fraction=0.3, hot_write_fraction=0.6), cfg)
+        c = batch.run(ow.simulate, 4, 1, ow.OverwriteKnobs.make(cfg, hot_fraction=0.1, hot_write_fraction=0.9), cfg)
+    assert compiled == []
+    assert not np.array_equal(a.migrated_pages, b.migrated_pages)
+    for key in a._fields:
+        np.testing.assert_array_equal(getattr(a, key), getattr(c, key))
 
 
 def test_config_errors_name_field_value_and_rule():
@@ -253,19 +250,17 @@ def test_cli_kv_lifetime_reports_the_closest_label_fallback(capsys):
 
 @pytest.mark.parametrize("victim", gc.VICTIMS)
 def test_cpu_and_gpu_formulations_give_identical_results(victim):
-    # formulation.on_cpu() picks tree-minimum passes and in-map duplicate detection on a CPU, one top_k and
-    # n² compares elsewhere; both must give the same streams bit for bit (forced here on one machine).
-    bc = gc.BlockConfig(n_blocks=64, pages_per_block=16, victim=victim, victims_per_gc=8)
-    cfg = ow.OverwriteConfig(blocks=bc, logical_pages=800, chunk_pages=32, warmup_chunks=20, measure_chunks=30,
-                             gc_rounds=1)
+    # BlockConfig.formulation picks tree-minimum passes and in-map duplicate detection ("cpu") or one
+    # top_k and n² compares ("gpu"); both must give the same streams bit for bit (both traced here). The
+    # field is static, so each formulation is its own entry in jit's cache.
     res = {}
     for name in ("cpu", "gpu"):
-        with formulation.use(name):
-            fn = jax.jit(jax.vmap(lambda i: ow.simulate(i, SEED, ow.default_knobs(cfg), cfg)))
-            res[name] = jax.tree_util.tree_map(np.asarray, fn(jnp.arange(4, dtype=jnp.int32)))
-    assert res["cpu"]["migrated_pages"].min() > 0
-    for key in res["cpu"]:
-        np.testing.assert_array_equal(res["cpu"][key], res["gpu"][key], err_msg=key)
-    with pytest.raises(ValueError, match="must be 'cpu' or 'gpu'"):
-        with formulation.use("tpu"):
-            pass
+        bc = gc.BlockConfig(n_blocks=64, pages_per_block=16, victim=victim, victims_per_gc=8, formulation=name)
+        cfg = ow.OverwriteConfig(blocks=bc, logical_pages=800, chunk_pages=32, warmup_chunks=20, measure_chunks=30,
+                                 gc_rounds=1)
+        res[name] = batch.run(ow.simulate, 4, int(SEED), ow.OverwriteKnobs.make(cfg), cfg)
+    assert res["cpu"].migrated_pages.min() > 0
+    for key in res["cpu"]._fields:
+        np.testing.assert_array_equal(getattr(res["cpu"], key), getattr(res["gpu"], key), err_msg=key)
+    with pytest.raises(ValueError, match="must be one of"):
+        gc.BlockConfig(n_blocks=64, pages_per_block=16, formulation="tpu")

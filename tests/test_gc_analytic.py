@@ -3,7 +3,7 @@
 The analytic models describe the blocks that circulate through GC. Our GC keeps a small free
 reserve (a chunk of host writes + one victim's migration room) and one open block, which hold no
 valid data and are never victims, so we compare at the *effective* α = (physical − mean free pages
-in the pool and open block) / logical, measured per run (``summarize(...)['alpha_effective']``).
+in the pool and open block) / logical, measured per run (``gc_summary(...)['alpha_effective']``).
 """
 
 import math
@@ -13,6 +13,7 @@ import pytest
 from hbfjax import batch
 from hbfjax.flash import gc, gc_analytic as an, gc_overwrite as ow
 from hbfjax.flash.gc_reference import overwrite_waf
+from hbfjax.reports import gc_summary
 
 
 def test_lambert_w_satisfies_its_equation_on_both_sides_of_zero():
@@ -45,8 +46,8 @@ def _run(victim, spare, streams=12, measure_chunks=400):
     bc = gc.BlockConfig(n_blocks=256, pages_per_block=32, victim=victim, victims_per_gc=8)
     cfg = ow.OverwriteConfig(blocks=bc, logical_pages=int(round((1 - spare) * bc.physical_pages)), chunk_pages=32,
                              warmup_chunks=300, measure_chunks=measure_chunks)
-    out = batch.run(ow.simulate, streams, 11, ow.default_knobs(cfg), cfg)
-    return gc.summarize(out, bc.physical_pages, valid_pages=cfg.logical_pages), out
+    out = batch.run(ow.simulate, streams, 11, ow.OverwriteKnobs.make(cfg), cfg)
+    return gc_summary(out, bc.physical_pages, valid_pages=cfg.logical_pages), out
 
 
 # Tolerance: |sim − model| ≤ 3 × (95 % CI half-width across streams) + model allowance. The FIFO and

@@ -49,3 +49,22 @@ def test_neighbouring_streams_and_pages_are_independent():
 
 def test_hash_words_are_order_sensitive():
     assert int(rng.mix(1, 2)) != int(rng.mix(2, 1))
+
+
+def test_every_hash_salt_is_named_once_with_a_distinct_value():
+    import ast
+    import pathlib
+
+    from hbfjax.salts import Salt
+
+    values = [s.value for s in Salt]
+    assert len(values) == len(set(values))  # @unique enforces it at import; this pins it
+    # no mechanism passes a bare number or a SALT_* constant as a salt any more: every salt is a Salt member
+    root = pathlib.Path(__file__).resolve().parents[1] / "hbfjax"
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "mix":
+                for arg in node.args:
+                    literal = isinstance(arg, ast.Constant) and isinstance(arg.value, int)
+                    assert not literal, f"{path.name}:{node.lineno}: inline numeric salt {arg.value}"
+                    assert not (isinstance(arg, ast.Name) and arg.id.startswith("SALT")), f"{path.name}:{node.lineno}"

@@ -34,11 +34,11 @@ def run(scale: float) -> list[dict]:
     cases = [("random", False, 0.0), ("random", True, 0.1), ("plane-group", False, 0.0)]
     for placement, offload, fraction in cases:
         config = collide.ReadConfig(planes=PLANES, max_pages=PAGES, placement=placement, offload=offload)
-        knobs = collide.ReadKnobs(jnp.int32(PAGES), collide.placement_knobs(group_size=32, pages_per_logical=4,
+        knobs = collide.ReadKnobs(jnp.int32(PAGES), collide.PlacementKnobs.make(group_size=32, pages_per_logical=4,
                                                                              offload_fraction=fraction))
-        fn = batch.compiled(collide.simulate_read, map_streams=map_streams)
+        fn = batch.compiled(collide.simulate, map_streams=map_streams)
         ids = batch.stream_ids(0, streams, map_streams or 1)
-        compile_s, run_s = time_compiled(lambda: fn(ids, jnp.uint32(1), knobs, config))
+        compile_s, run_s = time_compiled(lambda: fn(ids, jnp.uint32(1), knobs, None, config))
         # the reference is timed right after, under the same machine load
         ref_s = time_reference(lambda: _reference(ref_streams, gen)) / (ref_streams * PAGES)
         label = f"collide {placement}{' +offload' if offload else ''} {streams}x{PAGES}p/{PLANES}"

@@ -75,7 +75,7 @@ def _measure_variant(variant: Variant, streams: int, blocks: int, formulations: 
     warm_chunks = 2 * logical // variant.chunk_pages  # two drive writes: past the post-fill transient
     cfg = ow.OverwriteConfig(blocks=bc, logical_pages=logical, chunk_pages=variant.chunk_pages, warmup_chunks=0,
                              measure_chunks=MEASURE_CHUNKS, gc_rounds=variant.gc_rounds)
-    knobs = ow.default_knobs(cfg, slack_pages=SLACK_PAGES)
+    knobs = ow.OverwriteKnobs.make(cfg, slack_pages=SLACK_PAGES)
     seed = jnp.uint32(0)
     ids = batch.stream_ids(0, streams)
 
@@ -83,13 +83,13 @@ def _measure_variant(variant: Variant, streams: int, blocks: int, formulations: 
     def warm(ids):
         def one(i):
             s = ow.filled_state(cfg)
-            return ow.rollout(s, seed, i, knobs, cfg, warm_chunks, measure=False)
+            return ow.rollout((seed, i), s, knobs, cfg, warm_chunks, measuring=False)
         return jax.vmap(one)(ids)
 
-    one = jax.vmap(lambda s, i: ow.rollout(s, seed, i, knobs, cfg, MEASURE_CHUNKS, measure=True))
     per_chunk = batch.cpu_map_streams(MAP_STREAMS_CPU)
 
-    def measure(state, ids):
+    def measure(state, ids, cfg):
+        one = jax.vmap(lambda s, i: ow.rollout((seed, i), s, knobs, cfg, MEASURE_CHUNKS, measuring=True))
         if not per_chunk or streams % per_chunk:
             return one(state, ids)
         # On a CPU, a few streams at a time (one lax.map step each) keep their block arrays in cache.
@@ -100,17 +100,16 @@ def _measure_variant(variant: Variant, streams: int, blocks: int, formulations: 
     state = jax.block_until_ready(warm(ids))
     native = formulations[0]
     rows = []
+    fn = jax.jit(measure, static_argnums=2)
     for name in formulations:
-        with formulation.use(name):  # traced (on the first call) inside
-            # A new function object each time: jit caches traces per function, so jit(measure)
-            # again would reuse the first formulation's trace.
-            fn = jax.jit(lambda state, ids: measure(state, ids))
-            compile_s, run_s = time_compiled(lambda: fn(state, ids), repeats=2)
-            out = fn(state, ids)
+        # the formulation is a static config field: each one is its own trace
+        cfg_f = dataclasses.replace(cfg, blocks=dataclasses.replace(bc, formulation=name))
+        compile_s, run_s = time_compiled(lambda: fn(state, ids, cfg_f), repeats=2)
+        out = fn(state, ids, cfg_f)
         label = f"gc greedy {streams}x{blocks}x{PAGES}"
         label += "" if variant == DEFAULT else f" ({variant.label})"
         label += "" if name == native else f" ({name} formulation)"
-        maybe_profile(label, lambda: fn(state, ids))
+        maybe_profile(label, lambda: fn(state, ids, cfg_f))
         host = float((out.blocks.host_pages - state.blocks.host_pages).sum())
         mig = float((out.blocks.migrated_pages - state.blocks.migrated_pages).sum())
         rows.append(row(label, host, "host page writes", compile_s, run_s, ref_s_per_write, streams=streams,
@@ -125,7 +124,7 @@ def run(scale: float) -> list[dict]:
     streams = max(8, int(1024 * scale))
     blocks = max(64, int(4096 * scale))
     ref = _reference_s_per_write(blocks, _logical_pages(blocks))
-    if formulation.on_cpu():
+    if formulation.cpu_form("auto"):
         return _measure_variant(DEFAULT, streams, blocks, ("cpu",), ref, scale)
     # On a GPU also time the CPU formulations (bit-identical results): which is faster there is measured.
     return [r for v in (DEFAULT,) + GPU_EXTRA for r in _measure_variant(v, streams, blocks, ("gpu", "cpu"), ref, scale)]

@@ -11,7 +11,7 @@ from hbfjax import batch, traces
 from hbfjax.commands._common import add_common_args, add_preset_arg, blame, emit, preset_or_none, require_applies
 from hbfjax.flash import collide, workingset
 from hbfjax.hardware import preset
-from hbfjax.stats import mean_ci95
+from hbfjax.reports import fields, mean_ci_fields
 from hbfjax.validate import number
 
 HELP = "plane collisions of HBF reads: waves, amplification, hot-plane offload"
@@ -135,16 +135,6 @@ def context_pool(args) -> np.ndarray:
     return tokens
 
 
-def _summary(out: dict, keys: tuple[str, ...]) -> dict:
-    result = {}
-    for key in keys:
-        samples = np.asarray(out[key], np.float64).reshape(out[key].shape[0], -1).mean(axis=1)
-        mean, ci = mean_ci95(samples)
-        result[key] = float(mean)
-        result[f"ci95_{key}"] = float(ci)
-    return result
-
-
 def run(args) -> int:
     _check_options(args)
     planes, block, spec = _planes_and_block(args)
@@ -162,12 +152,12 @@ def _run_read(args, planes, block, group, spec, page_bytes) -> int:
     config = collide.ReadConfig(planes=planes, max_pages=args.pages, placement=args.placement, page_bytes=page_bytes,
                                 t_read_us=spec.hbf.t_read_us, read_bw_gbps=spec.hbf.read_bw_gbps,
                                 offload=args.offload_fraction > 0)
-    knobs = collide.ReadKnobs(pages=jnp.int32(args.pages), placement=collide.placement_knobs(
+    knobs = collide.ReadKnobs(pages=jnp.int32(args.pages), placement=collide.PlacementKnobs.make(
         group, per_logical, block, args.offload_fraction))
-    out = batch.run(collide.simulate_read, args.streams, args.seed, knobs, config, chunk_streams=args.chunk_streams,
-                    map_streams=batch.cpu_map_streams())
-    s = _summary(out, ("waves", "ideal_waves", "amplification", "max_to_avg_load", "offloaded_pages",
-                       "read_time_us"))
+    out = fields(batch.run(collide.simulate, args.streams, args.seed, knobs, config, chunk_streams=args.chunk_streams,
+                           map_streams=batch.cpu_map_streams()))
+    s = mean_ci_fields(out, ("waves", "ideal_waves", "amplification", "max_to_avg_load", "offloaded_pages",
+                             "read_time_us"))
     # with offload the ideal counts only the pages read from planes (pages − SRAM-served), so waves ≥ ideal
     ideal = s["ideal_waves"] if config.offload else int(collide.ideal_waves(args.pages, planes))
     offload = {"sram_served_pages": s["offloaded_pages"],
@@ -190,15 +180,16 @@ def _run_attention(args, planes, block, group, page_bytes) -> int:
         chunk_tokens=args.chunk_tokens, max_context_tokens=args.max_context_tokens,
         chunks_per_wave=args.chunks_per_wave, measurements=args.measurements, placement=args.placement,
         schedule=args.schedule, page_bytes=page_bytes)
-    knobs = workingset.working_set_knobs(
-        context_pool(args), args.model_kv_bytes_per_token, group_size=group, offload_fraction=args.offload_fraction,
+    inputs = workingset.WorkingSetInputs.make(context_pool(args))
+    knobs = workingset.WorkingSetKnobs.make(
+        args.model_kv_bytes_per_token, group_size=group, offload_fraction=args.offload_fraction,
         logical_page_tokens=args.logical_page_tokens, pages_per_block=block,
         shared_prefix_tokens=args.shared_prefix_tokens, replicas=replicas)
     with blame(args, "replicas", "group_size"):
         workingset.check_replicas(replicas, planes, group, config)
-    out = batch.run(workingset.simulate, args.streams, args.seed, knobs, config, chunk_streams=args.chunk_streams,
-                    progress=not args.json)
-    s = _summary(out, ("waves", "ideal_waves", "amplification", "max_to_avg_load", "hot_plane_fraction",
+    out = fields(batch.run(workingset.simulate, args.streams, args.seed, knobs, config, inputs=inputs,
+                           chunk_streams=args.chunk_streams, progress=not args.json))
+    s = mean_ci_fields(out, ("waves", "ideal_waves", "amplification", "max_to_avg_load", "hot_plane_fraction",
                        "offload_max_to_avg_load", "sram_bytes", "pages"))
     emit({"workload": "attention", "planes": planes, "pages": s["pages"], "streams": args.streams, "seed": args.seed,
           "placement": args.placement, "schedule": args.schedule, "group_size": group,

@@ -10,7 +10,8 @@ import numpy as np
 
 from hbfjax.commands._common import PRESET_NAMES, add_common_args, blame, emit, require_applies
 from hbfjax.flash import endurance, gc_analytic, gc_overwrite, kv_lifetimes
-from hbfjax.flash.gc import BlockConfig, summarize
+from hbfjax.flash.gc import BlockConfig
+from hbfjax.reports import fields, gc_summary
 from hbfjax.hardware import preset
 from hbfjax.validate import number, require
 
@@ -128,10 +129,10 @@ def _overwrite(args, streams):
     with blame(args, "spare_factor", "drive_writes", "warmup_drive_writes", "blocks", "pages_per_block"):
         cfg = gc_overwrite.OverwriteConfig(blocks=blocks, logical_pages=logical, chunk_pages=chunk, warmup_chunks=warm,
                                            measure_chunks=n(args.drive_writes), workload=args.workload)
-        knobs = gc_overwrite.default_knobs(cfg, args.hot_fraction, args.hot_write_fraction)
-    out = batch.run(gc_overwrite.simulate, streams, args.seed, knobs, cfg, chunk_streams=args.chunk_streams)
+        knobs = gc_overwrite.OverwriteKnobs.make(cfg, args.hot_fraction, args.hot_write_fraction)
+    out = fields(batch.run(gc_overwrite.simulate, streams, args.seed, knobs, cfg, chunk_streams=args.chunk_streams))
     _require_host_writes(out)
-    res = summarize(out, blocks.physical_pages, valid_pages=logical)
+    res = gc_summary(out, blocks.physical_pages, valid_pages=logical)
     if args.workload == "uniform":
         a = res["alpha_effective"]
         res["analytic_waf"] = {"greedy": gc_analytic.waf_greedy(a, k), "fifo": gc_analytic.waf_fifo(a),
@@ -150,14 +151,18 @@ def _kv(args, streams):
     trace = None
     if args.trace:
         from hbfjax.traces import load_trace
+        from hbfjax.workload.replay import kv_trace_requests
 
-        trace, _ = kv_lifetimes.trace_requests(load_trace(args.trace), cfg)
+        trace, _ = kv_trace_requests(load_trace(args.trace), cfg.warmup_ticks + cfg.measure_ticks,
+                                     cfg.blocks.physical_pages, cfg.pages_per_tick)
     trig = 0.95 if args.gc_trigger_used is None else args.gc_trigger_used
-    knobs = kv_lifetimes.knobs(cfg, mean_lifetime_ticks=args.mean_lifetime_ticks, lifetime_sigma=args.lifetime_sigma,
-                               evict_used=1.0 - args.spare_factor, gc_trigger_used=trig, trace=trace)
-    out = batch.run(kv_lifetimes.simulate, streams, args.seed, knobs, cfg, chunk_streams=args.chunk_streams)
+    knobs = kv_lifetimes.KvKnobs.make(cfg, mean_lifetime_ticks=args.mean_lifetime_ticks,
+                                      lifetime_sigma=args.lifetime_sigma, evict_used=1.0 - args.spare_factor,
+                                      gc_trigger_used=trig)
+    out = fields(batch.run(kv_lifetimes.simulate, streams, args.seed, knobs, cfg, inputs=kv_lifetimes.KvInputs.make(trace),
+                           chunk_streams=args.chunk_streams))
     _require_host_writes(out)
-    res = summarize(out, cfg.blocks.physical_pages)
+    res = gc_summary(out, cfg.blocks.physical_pages)
     res["evicted_requests"] = int(out["evicted_requests"].sum())
     res["moved_weight_pages"] = int(out["moved_weight_pages"].sum())
     res["label_fallback_pages"] = int(out["label_fallback_pages"].sum())

@@ -10,10 +10,10 @@ import numpy as np
 from hbfjax import batch, stats
 from hbfjax.commands._common import PRESET_NAMES, add_common_args, blame, emit, require_applies
 from hbfjax.flash import backlog as bl
-from hbfjax.flash import scenarios as sc
+from hbfjax.workload import scenarios as sc
 from hbfjax.flash import writeback as wb
-from hbfjax.flash.timeline import standard_timeline
 from hbfjax.hardware import preset
+from hbfjax.reports import fields
 from hbfjax.validate import ConfigError, number, require
 
 HELP = """\
@@ -111,8 +111,8 @@ def run_synthetic(args) -> int:
         cfg = bl.BacklogConfig(iterations=T, warmup_iterations=warm, max_arrivals=bl.poisson_table_size(lam))
         if lam < w:
             bl.check_exact_cost(lam, w)  # before the Monte Carlo, so a refused λ/w costs nothing
-    out = batch.run(bl.stream_fn, args.streams, args.seed, bl.backlog_knobs(lam, w), cfg,
-                    chunk_streams=args.chunk_streams)
+    out = fields(batch.run(bl.simulate, args.streams, args.seed, bl.BacklogKnobs.make(lam, w), cfg,
+                           chunk_streams=args.chunk_streams))
     m, ci = _ci(out, "mean_backlog_pages")
     pp, pci = _ci(out, "p_backlog_positive")
     result = {"mode": "synthetic", "pages_per_iter": lam, "window_pages": w, "iterations": T, "warmup": warm,
@@ -135,8 +135,8 @@ def _knobs(args):
         "sram_mb": hbflex and args.policy == "window", "stripe_pages": hbflex and args.policy in ("stripe", "window"),
         "no_prefetch": hbflex, "hbm_budget_gb": args.preset == "dash" and args.policy == "dash-hbm"})
     if args.preset == "dash":
-        knobs, slots = sc.dash_knobs(t_prog_us=args.t_prog_us,
-                                     **({} if args.decode_requests is None else {"decode_requests": args.decode_requests}))
+        knobs = sc.dash_knobs(t_prog_us=args.t_prog_us,
+                              **({} if args.decode_requests is None else {"decode_requests": args.decode_requests}))
     else:
         kw = {k: v for k, v in (("decode_requests", args.decode_requests), ("prefill_chunk_tokens", args.prefill_chunk),
                                 ("prefill_prob", args.prefill_prob)) if v is not None}
@@ -148,18 +148,18 @@ def _knobs(args):
             kw["kv_bytes_per_token_layer"] = args.kv_bytes_per_token
         if args.layers is not None:
             kw["layers"] = args.layers
-        knobs, slots = sc.hbflex_knobs(t_prog_us=args.t_prog_us, prefetch=not args.no_prefetch, **kw)
-    knobs = _override_timeline(args, knobs, slots)
+        knobs = sc.hbflex_knobs(t_prog_us=args.t_prog_us, prefetch=not args.no_prefetch, **kw)
+    knobs = _override_timeline(args, knobs, knobs.timeline.plane_slots)
     fk = knobs.flash
     if args.hbm_budget_gb is not None:
         budget = float(int(args.hbm_budget_gb * 1e9 // float(fk.page_bytes)))
         with blame(args, "hbm_budget_gb"):  # the run starts one page wave below the budget
-            fk = wb.flash_knobs(**{**{k: float(v) for k, v in vars(fk).items()}, "buffer_capacity_pages": budget,
+            fk = wb.FlashKnobs.make(**{**{k: float(v) for k, v in vars(fk).items()}, "buffer_capacity_pages": budget,
                                    "buffer_base_pages": budget - float(fk.wave_pages)})
     wl = knobs.workload
     if args.preset == "dash" and (args.prefill_chunk is not None or args.prefill_prob is not None):
-        wl = wb.workload_knobs(float(wl.decode_requests), 0.0 if args.prefill_chunk is None else args.prefill_chunk,
-                               0.0 if args.prefill_prob is None else args.prefill_prob)
+        wl = wb.WorkloadKnobs.make(float(wl.decode_requests), 0.0 if args.prefill_chunk is None else args.prefill_chunk,
+                                   0.0 if args.prefill_prob is None else args.prefill_prob)
     return wb.WritebackKnobs(knobs.timeline, fk, wl)
 
 
@@ -173,7 +173,7 @@ def _override_timeline(args, knobs, slots):
     tl = knobs.timeline
     row = np.asarray(tl.duration_us[0])
     pre = np.asarray(tl.prefill_us_per_token[0])
-    cur = dict(zip(names, row[[0, 1, 2, 3, 4, 5]]))
+    cur = dict(zip(names, row[[sc.segment(s) for s in sc.STANDARD_SEGMENTS]]))
     cur.update(given)
     if args.prefill_us_per_token is not None:
         total = pre.sum()
@@ -181,12 +181,15 @@ def _override_timeline(args, knobs, slots):
             args.prefill_us_per_token / 3
     layers = args.layers if args.layers is not None else tl.layers
     kvb = args.kv_bytes_per_token if args.kv_bytes_per_token is not None else float(tl.kv_bytes_per_token[0])
-    new = standard_timeline(layers, kvb, slots, attn_weight_read_us=cur["weight_read_us"], qkv_us=cur["qkv_us"],
+    new = sc.standard_timeline(layers, kvb, slots, attn_weight_read_us=cur["weight_read_us"], qkv_us=cur["qkv_us"],
                             kv_read_us=cur["kv_read_us"], attention_us=cur["attention_us"],
                             expert_weight_read_us=cur["expert_read_us"], ffn_us=cur["ffn_us"],
-                            prefill_qkv_us_per_token=float(pre[1]), prefill_attention_us_per_token=float(pre[3]),
-                            prefill_ffn_us_per_token=float(pre[5]), kv_touch_fraction=float(tl.touch_fraction[0, 2]))
-    new = dataclasses.replace(new, touch_fraction=new.touch_fraction.at[:, 0].set(tl.touch_fraction[0, 0]))
+                            prefill_qkv_us_per_token=float(pre[sc.segment("qkv_proj")]),
+                            prefill_attention_us_per_token=float(pre[sc.segment("attention")]),
+                            prefill_ffn_us_per_token=float(pre[sc.segment("ffn")]),
+                            kv_touch_fraction=float(tl.touch_fraction[0, sc.segment("kv_read")]))
+    weights = sc.segment("attn_weight_read")
+    new = dataclasses.replace(new, touch_fraction=new.touch_fraction.at[:, weights].set(tl.touch_fraction[0, weights]))
     return wb.WritebackKnobs(new, knobs.flash, knobs.workload)
 
 
@@ -203,7 +206,7 @@ def run(args) -> int:
     cfg = sc.config_for(knobs, args.policy, T, warm)
     with blame(args, "decode_requests", "prefill_chunk", "kv_bytes_per_token", "layers", "iterations"):
         wb.check_int32_counts(knobs, cfg)
-    out = batch.run(wb.stream_fn, args.streams, args.seed, knobs, cfg, chunk_streams=args.chunk_streams)
+    out = fields(batch.run(wb.simulate, args.streams, args.seed, knobs, cfg, chunk_streams=args.chunk_streams))
     stall, stall_ci = _ci(out, "stall_us_per_iteration")
     busy, busy_ci = _ci(out, "program_busy_us_per_iteration")
     it_us, it_ci = _ci(out, "iteration_us")

@@ -14,21 +14,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from hbfjax import rng
+from hbfjax.salts import Salt
 from hbfjax.validate import INT32_MAX, ConfigError, require, require_int, require_real
 
-SALT_ARRIVALS = 51
 MAX_TABLE = 2**20  # Poisson table entries (one f32 CDF per stream)
 MAX_PAGES_PER_ITER = 1e6  # λ whose table (λ + 12√λ + 20) stays within MAX_TABLE
 MAX_WINDOW_PAGES = 2**24  # w is a float32 knob: integers are exact up to 2^24
 # exact_stationary iterates a lattice of M states convolved with a K-entry law until it settles,
 # about λ / (w − λ)² sweeps per decade of accuracy: its work M · K · sweeps is bounded by this.
 MAX_EXACT_WORK = 2e10
+
 
 
 @dataclass(frozen=True)
@@ -55,12 +57,20 @@ class BacklogKnobs:
     pages_per_iter: jax.Array  # f32[] λ: mean new pages per iteration
     window_pages: jax.Array  # f32[] w: page programs one window fits
 
+    @classmethod
+    def make(cls, pages_per_iter, window_pages) -> "BacklogKnobs":
+        """Validated knobs: λ finite in [0, 1e6], w a whole number of pages in [1, 2^24]."""
+        require_real(cls.__name__, "pages_per_iter", pages_per_iter, 0.0, MAX_PAGES_PER_ITER)
+        require_int(cls.__name__, "window_pages", window_pages, 1, MAX_WINDOW_PAGES)
+        return cls(jnp.asarray(pages_per_iter, jnp.float32), jnp.asarray(window_pages, jnp.float32))
 
-def backlog_knobs(pages_per_iter, window_pages) -> BacklogKnobs:
-    """Validated knobs: λ finite in [0, 1e6], w a whole number of pages in [1, 2^24]."""
-    require_real("BacklogKnobs", "pages_per_iter", pages_per_iter, 0.0, MAX_PAGES_PER_ITER)
-    require_int("BacklogKnobs", "window_pages", window_pages, 1, MAX_WINDOW_PAGES)
-    return BacklogKnobs(jnp.asarray(pages_per_iter, jnp.float32), jnp.asarray(window_pages, jnp.float32))
+
+class BacklogOutput(NamedTuple):
+    """One stream's backlog over the iterations after warm-up."""
+
+    mean_backlog_pages: jax.Array  # f32[]
+    p_backlog_positive: jax.Array  # f32[] fraction of iterations with a backlog
+    max_backlog_pages: jax.Array  # i32[]
 
 
 def poisson_table_size(lam: float) -> int:
@@ -85,12 +95,12 @@ def lindley_step(backlog: jax.Array, arrivals: jax.Array, window: jax.Array) -> 
     return jnp.maximum(backlog + arrivals - window, 0)
 
 
-def stream_fn(stream_id, seed, knobs: BacklogKnobs, config: BacklogConfig) -> dict:
-    """One stream of the synthetic backlog; means over the iterations after warm-up."""
+def simulate(stream_id, seed, knobs: BacklogKnobs, inputs: None, config: BacklogConfig) -> BacklogOutput:
+    """One stream of the synthetic backlog (no inputs); means over the iterations after warm-up."""
     cdf = poisson_cdf(knobs.pages_per_iter, config.max_arrivals)
     w = jnp.floor(knobs.window_pages).astype(jnp.int32)
     it = jnp.arange(config.iterations, dtype=jnp.uint32)
-    arrivals = poisson_from_uniform(rng.uniform01(rng.mix(seed, stream_id, it, SALT_ARRIVALS)), cdf)
+    arrivals = poisson_from_uniform(rng.uniform01(rng.mix(seed, stream_id, it, Salt.BACKLOG_ARRIVALS)), cdf)
 
     def step(b, n):
         b = lindley_step(b, n, w)
@@ -98,9 +108,8 @@ def stream_fn(stream_id, seed, knobs: BacklogKnobs, config: BacklogConfig) -> di
 
     _, b = jax.lax.scan(step, jnp.int32(0), arrivals)
     b = b[config.warmup_iterations:]
-    return {"mean_backlog_pages": jnp.mean(b.astype(jnp.float32)),
-            "p_backlog_positive": jnp.mean((b > 0).astype(jnp.float32)),
-            "max_backlog_pages": jnp.max(b)}
+    return BacklogOutput(mean_backlog_pages=jnp.mean(b.astype(jnp.float32)),
+                         p_backlog_positive=jnp.mean((b > 0).astype(jnp.float32)), max_backlog_pages=jnp.max(b))
 
 
 def _lattice_size(lam: float, w: int) -> int:

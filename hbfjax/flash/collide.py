@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from hbfjax import rng
+from hbfjax.salts import Salt
 from hbfjax.validate import ConfigError, require, require_int, require_real
 
 PLACEMENTS = ("random", "isolated", "plane-group")
@@ -37,11 +39,6 @@ PLACEMENTS = ("random", "isolated", "plane-group")
 MAX_PLANES = 2**24
 MAX_READ_PAGES = 2**24
 
-# hash salts: one per kind of draw, so draws of different kinds never coincide
-# The stripe offset of a logical page shares the salt of a random page, so plane-group placement
-# with G = planes and L = 1 places every page exactly where random placement does.
-SALT_RANDOM, SALT_BLOCK, SALT_GROUP_START = 11, 12, 14
-SALT_OFFSET = SALT_RANDOM
 
 
 @jax.tree_util.register_dataclass
@@ -54,21 +51,21 @@ class PlacementKnobs:
     pages_per_block: jax.Array  # int32 [] pages a request fills on one plane before the next (isolated)
     offload_fraction: jax.Array  # float32 [] fraction f of top-loaded planes whose excess goes to SRAM
 
+    @classmethod
+    def make(cls, group_size=1, pages_per_logical=1, pages_per_block=512, offload_fraction=0.0) -> "PlacementKnobs":
+        """Validated placement knobs: G, L and pages per block are whole counts >= 1, f lies in [0, 1).
 
-def placement_knobs(group_size=1, pages_per_logical=1, pages_per_block=512, offload_fraction=0.0) -> PlacementKnobs:
-    """Validated placement knobs: G, L and pages per block are whole counts >= 1, f lies in [0, 1).
-
-    The ``jnp.maximum(·, 1)`` guards in the traced code only keep a swept knob point from dividing by
-    zero; a bad value is refused here, never replaced."""
-    owner = "PlacementKnobs"
-    for name, v in (("group_size", group_size), ("pages_per_logical", pages_per_logical),
-                    ("pages_per_block", pages_per_block)):
-        require_int(owner, name, v, 1)
-    require_real(owner, "offload_fraction", offload_fraction, 0.0, 1.0, hi_open=True)
-    return PlacementKnobs(group_size=jnp.asarray(group_size, jnp.int32),
-                          pages_per_logical=jnp.asarray(pages_per_logical, jnp.int32),
-                          pages_per_block=jnp.asarray(pages_per_block, jnp.int32),
-                          offload_fraction=jnp.asarray(offload_fraction, jnp.float32))
+        The ``jnp.maximum(·, 1)`` guards in the traced code only keep a swept knob point from dividing
+        by zero; a bad value is refused here, never replaced."""
+        owner = cls.__name__
+        for name, v in (("group_size", group_size), ("pages_per_logical", pages_per_logical),
+                        ("pages_per_block", pages_per_block)):
+            require_int(owner, name, v, 1)
+        require_real(owner, "offload_fraction", offload_fraction, 0.0, 1.0, hi_open=True)
+        return cls(group_size=jnp.asarray(group_size, jnp.int32),
+                   pages_per_logical=jnp.asarray(pages_per_logical, jnp.int32),
+                   pages_per_block=jnp.asarray(pages_per_block, jnp.int32),
+                   offload_fraction=jnp.asarray(offload_fraction, jnp.float32))
 
 
 def _validate_placement(placement: str) -> None:
@@ -106,17 +103,18 @@ def place_pages(placement: str, words: tuple, page_index: jax.Array, planes: int
     """
     _validate_placement(placement)
     if placement == "random":
-        return rng.uniform_index(rng.mix(*words, SALT_RANDOM, page_index), planes)
+        return rng.uniform_index(rng.mix(*words, Salt.PLACE_RANDOM, page_index), planes)
     if placement == "isolated":
         block = page_index // jnp.maximum(knobs.pages_per_block, 1)
-        return rng.uniform_index(rng.mix(*words, SALT_BLOCK, block), planes)
+        return rng.uniform_index(rng.mix(*words, Salt.PLACE_BLOCK, block), planes)
     size = jnp.maximum(knobs.pages_per_logical, 1)
     logical, stripe = page_index // size, page_index % size
     n_groups = group_count(planes, knobs.group_size)
     if group is None:
-        start = rng.uniform_index(rng.mix(*words, SALT_GROUP_START), n_groups)
+        start = rng.uniform_index(rng.mix(*words, Salt.PLACE_GROUP_START), n_groups)
         group = (start + logical) % n_groups
-    offset = rng.uniform_index(rng.mix(*words, SALT_OFFSET, logical), jnp.maximum(knobs.group_size, 1))
+    # the offset shares the random page's salt: G = planes, L = 1 reproduces random placement exactly
+    offset = rng.uniform_index(rng.mix(*words, Salt.PLACE_RANDOM, logical), jnp.maximum(knobs.group_size, 1))
     return striped_plane(group, offset, stripe, knobs.group_size)
 
 
@@ -234,17 +232,28 @@ class ReadKnobs:
     placement: PlacementKnobs
 
 
-def simulate_read(stream: jax.Array, seed: jax.Array, knobs: ReadKnobs, config: ReadConfig) -> dict:
+class ReadOutput(NamedTuple):
+    """One stream's read (scalars)."""
+
+    waves: jax.Array  # i32[] sensing rounds after hot-plane offload
+    raw_waves: jax.Array  # i32[] sensing rounds before offload
+    ideal_waves: jax.Array  # i32[] ceil(pages / planes)
+    amplification: jax.Array  # f32[] waves / ideal_waves
+    max_to_avg_load: jax.Array  # f32[] waves / (pages / planes)
+    offloaded_pages: jax.Array  # i32[] pages served from SRAM
+    read_time_us: jax.Array  # f32[] waves × tR, never below bytes / bandwidth
+
+
+def simulate(stream_id: jax.Array, seed: jax.Array, knobs: ReadKnobs, inputs: None, config: ReadConfig) -> ReadOutput:
     """One read of ``knobs.pages`` pages of one request on ``config.planes`` planes (HBFlex Fig. 6/7a).
 
-    Returns per-stream scalars: waves (after offload), raw_waves (before), ideal_waves,
-    amplification, max_to_avg_load, offloaded_pages, read_time_us. The ideal counts only the pages
-    read from planes (pages − offloaded), so waves ≥ ideal_waves and amplification ≥ 1 always; a
-    read whose every page is served from SRAM has 0 waves, 0 ideal waves and amplification 1.
+    The read consumes no inputs (``inputs`` is None). The ideal counts only the pages read from planes
+    (pages − offloaded), so waves ≥ ideal_waves and amplification ≥ 1 always; a read whose every page
+    is served from SRAM has 0 waves, 0 ideal waves and amplification 1.
     """
     page = jnp.arange(config.max_pages, dtype=jnp.int32)
     valid = page < knobs.pages
-    plane = place_pages(config.placement, (seed, stream), page, config.planes, knobs.placement)
+    plane = place_pages(config.placement, (seed, stream_id), page, config.planes, knobs.placement)
     loads = plane_loads(plane, valid, config.planes)
     if config.offload:
         served, offloaded = offload_hot_planes(loads, knobs.placement.offload_fraction, config.max_pages)
@@ -253,13 +262,13 @@ def simulate_read(stream: jax.Array, seed: jax.Array, knobs: ReadKnobs, config: 
     waves = max_load(served)
     ideal = ideal_waves(knobs.pages - offloaded, config.planes)
     mean_load = knobs.pages.astype(jnp.float32) / config.planes
-    return {
-        "waves": waves,
-        "raw_waves": max_load(loads),
-        "ideal_waves": ideal,
-        "amplification": jnp.where(ideal > 0, waves.astype(jnp.float32) / jnp.maximum(ideal, 1).astype(jnp.float32),
-                                   1.0),
-        "max_to_avg_load": waves.astype(jnp.float32) / jnp.maximum(mean_load, 1e-9),
-        "offloaded_pages": offloaded,
-        "read_time_us": read_time_us(waves, knobs.pages, config.page_bytes, config.t_read_us, config.read_bw_gbps),
-    }
+    return ReadOutput(
+        waves=waves,
+        raw_waves=max_load(loads),
+        ideal_waves=ideal,
+        amplification=jnp.where(ideal > 0, waves.astype(jnp.float32) / jnp.maximum(ideal, 1).astype(jnp.float32),
+                                1.0),
+        max_to_avg_load=waves.astype(jnp.float32) / jnp.maximum(mean_load, 1e-9),
+        offloaded_pages=offloaded,
+        read_time_us=read_time_us(waves, knobs.pages, config.page_bytes, config.t_read_us, config.read_bw_gbps),
+    )

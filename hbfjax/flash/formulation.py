@@ -2,8 +2,10 @@
 
 XLA's CPU and GPU backends favour different programs for the same result (DESIGN.md §3, "GPU
 habits"): on a CPU, elementwise passes and scatters; on a GPU, few kernels per scan step. Which
-formulation is traced follows the backend (``on_cpu``) unless ``use("cpu" | "gpu")`` forces one, so
-one machine can compare both; the tests check that both give the same results bit for bit.
+formulation is traced is a static config field (``BlockConfig.formulation``: ``"auto" | "cpu" |
+"gpu"``), so the choice is part of jit's cache key; ``"auto"`` follows the backend
+(``cpu_form``). One machine can trace both; the tests check that both give the same results bit
+for bit.
 
 - ``smallest``: the g best GC victims (g tree-minimum passes on a CPU; one ``lax.top_k`` elsewhere).
 - ``duplicates``: last/first copy of each logical page in a chunk (in-map scatters on a CPU;
@@ -13,12 +15,10 @@ one machine can compare both; the tests check that both give the same results bi
 
 from __future__ import annotations
 
-import contextlib
-
 import jax
 import jax.numpy as jnp
 
-NAMES = ("cpu", "gpu")
+NAMES = ("auto", "cpu", "gpu")
 INT_MAX = int(jnp.iinfo(jnp.int32).max)
 
 
@@ -32,33 +32,10 @@ def after_read(x: jax.Array, read: jax.Array) -> jax.Array:
     return jnp.where(read == jnp.iinfo(jnp.int32).min, 0, x)
 
 
-_FORCED: list[str | None] = [None]  # set by ``use(...)``; None: follow the backend
-
-
-def on_cpu() -> bool:
-    """True when the CPU formulations are in use (bit-identical results either way).
-
-    Follows the backend arrays are placed on unless ``use`` forces one. Read at trace time.
-    """
-    forced = _FORCED[0]
-    return jax.default_backend() == "cpu" if forced is None else forced == "cpu"
-
-
-@contextlib.contextmanager
-def use(name: str):
-    """Trace GC code with the ``"cpu"`` or ``"gpu"`` formulations whatever the backend (benchmarks
-    compare both on one machine). Functions traced inside keep the formulation they were traced with.
-
-    ``jax.jit`` caches traces per function object, not per formulation: jit a new function (e.g. a
-    fresh lambda) inside the block, or a function traced before is reused with its old formulation.
-    """
-    if name not in NAMES:
-        raise ValueError(f"formulation.use(name = {name!r}): must be 'cpu' or 'gpu'")
-    previous, _FORCED[0] = _FORCED[0], name
-    try:
-        yield
-    finally:
-        _FORCED[0] = previous
+def cpu_form(name: str) -> bool:
+    """True when formulation ``name`` (one of NAMES) means the CPU forms: ``"auto"`` follows the
+    default backend (fixed for a process, so every trace of one config agrees)."""
+    return jax.default_backend() == "cpu" if name == "auto" else name == "cpu"
 
 
 def _tree_min(x: jax.Array) -> jax.Array:
@@ -73,13 +50,13 @@ def _tree_min(x: jax.Array) -> jax.Array:
     return x[..., 0]
 
 
-def smallest(score: jax.Array, g: int, max_score: int | None = None) -> tuple[jax.Array, jax.Array]:
+def smallest(score: jax.Array, g: int, max_score: int | None = None, *, cpu: bool) -> tuple[jax.Array, jax.Array]:
     """(indices, values) of the g smallest entries of int32 ``score``, ascending, ties by index.
 
     Entries equal to INT_MAX (not candidates) come back as index 0, value INT_MAX. With
     ``max_score`` (every entry is in [0, max_score] or INT_MAX, e.g. greedy valid counts) the
     search runs on the packed key score·B + index, unique and ordered as (score, index).
-    On a CPU: exactly g masked minimum passes of elementwise ops and tree minima, no scatter —
+    With ``cpu`` (static): exactly g masked minimum passes of elementwise ops and tree minima, no scatter —
     deliberately not ``lax.top_k``/sort: on XLA CPU (jax 0.10) anything that depends on a sort's
     output made the following batched scatters ~20× slower. Elsewhere: one ``lax.top_k`` (one
     kernel instead of g passes, each a launch inside the chunk loop). Both give the same result.
@@ -89,10 +66,10 @@ def smallest(score: jax.Array, g: int, max_score: int | None = None) -> tuple[ja
         iota = jnp.arange(b, dtype=jnp.int32)
         top = (max_score + 1) * b  # INT_MAX entries pack as max_score + 1 (after every real score)
         key = jnp.where(score == INT_MAX, top, score * b) + iota
-        mins = _smallest_keys_top_k(key, g, top + b) if not on_cpu() else _smallest_keys_passes(key, g)
+        mins = _smallest_keys_top_k(key, g, top + b) if not cpu else _smallest_keys_passes(key, g)
         real = mins < top
         return jnp.where(real, mins % b, 0), jnp.where(real, mins // b, INT_MAX)
-    if on_cpu():
+    if cpu:
         return _smallest_passes(score, g)
     val, idx = _top_k_smallest(score, g)
     return jnp.where(val == INT_MAX, 0, idx).astype(jnp.int32), val
@@ -178,11 +155,11 @@ def last_and_first_in(lp: jax.Array, l2p: jax.Array):
     return got == tag_last, got_first == tag_first, old, scratch.at[lp].set(after_read(old, got_first))
 
 
-def duplicates(lp: jax.Array, l2p: jax.Array):
+def duplicates(lp: jax.Array, l2p: jax.Array, *, cpu: bool):
     """(last, first, old = l2p[lp], l2p) for a chunk ``lp`` of logical pages: ``last_and_first_in`` on
     a CPU, ``last_and_first`` elsewhere (the n² compares of one chunk are cheap next to three
     scatters into the map on a GPU). The returned map equals ``l2p``."""
-    if on_cpu():
+    if cpu:
         return last_and_first_in(lp, l2p)
     last, first = last_and_first(lp)
     return last, first, l2p[lp], l2p

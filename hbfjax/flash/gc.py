@@ -23,7 +23,9 @@ import jax
 import jax.numpy as jnp
 
 from hbfjax import rng
+from hbfjax.salts import Salt
 from hbfjax.validate import ConfigError, require
+from hbfjax.flash import formulation
 from hbfjax.flash.formulation import INT_MAX, after_read, smallest
 
 VICTIMS = ("greedy", "fifo", "random")
@@ -43,6 +45,7 @@ class BlockConfig:
     n_classes: int = 1  # allocation classes, each with its own open block
     victims_per_gc: int = 8  # victims examined per reclaim call (the amortised batch)
     protected_class: int = -1  # blocks of this class are never victims (DASH weight blocks); -1: none
+    formulation: str = "auto"  # array primitives: "cpu" | "gpu" forms (bit-identical), "auto" = backend
 
     def __post_init__(self) -> None:
         c = type(self).__name__
@@ -56,6 +59,13 @@ class BlockConfig:
                 f"must be in [1, n_blocks = {self.n_blocks}]")
         require(-1 <= self.protected_class < self.n_classes, c, "protected_class", self.protected_class,
                 f"must be -1 or a class index < n_classes = {self.n_classes}")
+        require(self.formulation in formulation.NAMES, c, "formulation", self.formulation,
+                f"must be one of {formulation.NAMES}")
+
+    @property
+    def cpu_formulation(self) -> bool:
+        """Trace the CPU forms of the GC primitives (static: part of jit's cache key)."""
+        return formulation.cpu_form(self.formulation)
 
     @property
     def physical_pages(self) -> int:
@@ -63,7 +73,7 @@ class BlockConfig:
 
 
 @jax.tree_util.register_dataclass
-@dataclass
+@dataclass(frozen=True)
 class BlockState:
     """Per-stream block array. B = n_blocks, K = pages_per_block, C = n_classes."""
 
@@ -251,7 +261,7 @@ def close_classes(state: BlockState, mask: jax.Array, config: BlockConfig) -> Bl
                                open_ptr=jnp.where(shut, k, state.open_ptr))
 
 
-def victim_score(state: BlockState, seed: jax.Array, stream_id: jax.Array, config: BlockConfig) -> jax.Array:
+def victim_score(words: tuple, state: BlockState, config: BlockConfig) -> jax.Array:
     """int32[B] victim score, lower = reclaimed first; INT_MAX for blocks that cannot be victims.
 
     Candidates are closed blocks outside the protected class (DASH §V-A2: weight-owned blocks are
@@ -262,14 +272,13 @@ def victim_score(state: BlockState, seed: jax.Array, stream_id: jax.Array, confi
     elif config.victim == "fifo":
         score = state.opened_at
     else:
-        h = rng.mix(seed, stream_id, state.gc_calls, jnp.arange(config.n_blocks), 0x6C)
+        h = rng.mix(*words, state.gc_calls, jnp.arange(config.n_blocks), Salt.GC_RANDOM_VICTIM)
         score = (h >> 1).astype(jnp.int32)
     candidate = (state.status == CLOSED) & (state.block_class != config.protected_class)
     return jnp.where(candidate, jnp.minimum(score, INT_MAX - 1), INT_MAX)
 
 
-def reclaim(state: BlockState, target_free_pages: jax.Array, seed: jax.Array, stream_id: jax.Array,
-            config: BlockConfig):
+def reclaim(words: tuple, state: BlockState, target_free_pages: jax.Array, config: BlockConfig):
     """One amortised GC round: erase victims until the pool holds ``target_free_pages`` (or g victims).
 
     Picks the g = ``victims_per_gc`` best candidates (``smallest``), keeps the prefix whose
@@ -292,9 +301,10 @@ def reclaim(state: BlockState, target_free_pages: jax.Array, seed: jax.Array, st
     g = 1 in up to 16 rounds 11.44 vs 11.48. Small g with more rounds tracks the sequential policy.
     """
     k = config.pages_per_block
-    score = victim_score(state, seed, stream_id, config)
+    score = victim_score(words, state, config)
     victims, best = smallest(score, config.victims_per_gc,
-                             config.pages_per_block if config.victim == "greedy" else None)
+                             config.pages_per_block if config.victim == "greedy" else None,
+                             cpu=config.cpu_formulation)
     cand = best < INT_MAX
     # Full blocks stay candidates (a random or FIFO victim may be full: that is the policy modelled).
     v = jnp.where(cand, state.valid[victims], 0)
@@ -361,12 +371,12 @@ def gc_target_pages(state: BlockState, trigger_used: jax.Array, target_used: jax
     return jnp.where(triggered, jnp.ceil((1.0 - target_used) * phys), 0.0).astype(jnp.int32)
 
 
-def collect(state: BlockState, rounds: int, target_free_pages, seed, stream_id, config: BlockConfig,
+def collect(words: tuple, state: BlockState, rounds: int, target_free_pages, config: BlockConfig,
             on_move=None, carry=None):
     """``rounds`` reclaim rounds (a scan: compiled once); ``on_move(carry, moved) -> carry`` sees each batch."""
     def body(c, _):
         st, cr = c
-        st, moved = reclaim(st, target_free_pages, seed, stream_id, config)
+        st, moved = reclaim(words, st, target_free_pages, config)
         return (st, cr if on_move is None else on_move(cr, moved)), None
 
     (state, carry), _ = jax.lax.scan(body, (state, carry), None, length=rounds)
@@ -379,48 +389,28 @@ def block_counters(st: BlockState) -> dict:
             "erases": st.erases.sum()}
 
 
-def warm_then_measure(state, roll, counters, warm_steps: int, measure_steps: int):
-    """Run ``roll(state, n, measure)`` for the warm-up, then for the measured part.
+def warm_then_measure(state, step, counters, erases, warm_steps: int, measure_steps: int):
+    """One ``lax.scan`` of ``warm_steps + measure_steps`` calls ``step(state, measuring) -> state``.
 
-    ``state.blocks`` must be a ``BlockState``. Returns (final state, counters at the end of the
+    ``measuring`` is a traced bool (False during the warm-up), so the step is traced once.
+    ``counters(state) -> dict`` of cumulative int32 counters and ``erases(state) -> int32[B]`` say
+    what to snapshot at the end of the warm-up. Returns (final state, counters at the end of the
     warm-up, measured deltas of ``counters``, erase summary of the measured part).
     """
-    state = roll(state, warm_steps, False)
-    before, erases0 = counters(state), state.blocks.erases
-    state = roll(state, measure_steps, True)
+    def body(carry, i):
+        st, before, erases0 = carry
+        boundary = i == warm_steps  # snapshot the warm-up's end before the first measured step
+        before = jax.tree_util.tree_map(lambda b, now: jnp.where(boundary, now, b), before, counters(st))
+        erases0 = jnp.where(boundary, erases(st), erases0)
+        return (step(st, i >= warm_steps), before, erases0), None
+
+    steps = jnp.arange(warm_steps + measure_steps, dtype=jnp.int32)
+    (state, before, erases0), _ = jax.lax.scan(body, (state, counters(state), erases(state)), steps)
     after = counters(state)
-    return state, before, {k: after[k] - before[k] for k in after}, erase_summary(state.blocks.erases - erases0)
+    return state, before, {k: after[k] - before[k] for k in after}, erase_summary(erases(state) - erases0)
 
 
 def erase_summary(e: jax.Array) -> dict:
     """Erases per block int32[B] -> mean, max, spread (max − min)."""
     return {"erases_per_block_mean": e.mean(), "erases_per_block_max": e.max(),
             "erases_per_block_spread": e.max() - e.min()}
-
-
-def summarize(out: dict, physical_pages: int, valid_pages=None) -> dict:
-    """Across-stream summary of a batched run's outputs (NumPy, leading stream axis).
-
-    WAF = (host + migrated page programs) / host page programs, per stream, then mean ± 95 % CI.
-    The effective spare factor counts only pages in circulation: 1 − valid / (physical − mean free
-    pool and open-block remainder); ``valid_pages`` defaults to the output ``mean_valid_pages``.
-    """
-    import numpy as np
-
-    from hbfjax.stats import mean_ci95
-
-    host = np.asarray(out["host_writes"], np.float64)
-    mig = np.asarray(out["migrated_pages"], np.float64)
-    waf = (host + mig) / np.maximum(host, 1.0)
-    waf_mean, waf_ci = mean_ci95(waf)
-    valid = np.asarray(out["mean_valid_pages"] if valid_pages is None else valid_pages, np.float64)
-    circ = physical_pages - np.asarray(out["mean_free_pages"], np.float64)
-    eff = float(np.mean(1.0 - valid / circ))
-    return {"waf": float(waf_mean), "ci95_waf": float(waf_ci), "host_writes": int(host.sum()),
-            "migrated_pages": int(mig.sum()), "warmup_host_writes": int(np.sum(out["warmup_host_writes"])),
-            "erases_per_block_mean": float(np.mean(out["erases_per_block_mean"])),
-            "erases_per_block_max": int(np.max(out["erases_per_block_max"])),
-            "erases_per_block_spread": float(np.mean(out["erases_per_block_spread"])),
-            "gc_invocations": int(np.sum(out["gc_invocations"])), "effective_spare_factor": eff,
-            "alpha_effective": 1.0 / (1.0 - eff), "overflow": bool(np.any(out["overflow"])),
-            "overflow_streams": int(np.sum(out["overflow"])), "streams": int(host.shape[0])}

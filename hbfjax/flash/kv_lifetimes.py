@@ -22,12 +22,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from hbfjax import rng
+from hbfjax.salts import Salt
 from hbfjax.flash import gc
 from hbfjax.flash.gc import BlockConfig, BlockState, require
 from hbfjax.validate import INT32_MAX, require_real
@@ -56,6 +58,7 @@ class KvConfig:
     gc_rounds: int = 2
     warmup_ticks: int = 200
     measure_ticks: int = 400
+    formulation: str = "auto"  # GC array primitives (BlockConfig.formulation)
 
     def __post_init__(self) -> None:
         c = type(self).__name__
@@ -89,7 +92,8 @@ class KvConfig:
         n_classes = self.kv_classes + (1 if self.separate_weights else 0)
         return BlockConfig(n_blocks=self.n_blocks, pages_per_block=self.pages_per_block, victim=self.victim,
                            n_classes=n_classes, victims_per_gc=self.victims_per_gc,
-                           protected_class=self.kv_classes if self.separate_weights else -1)
+                           protected_class=self.kv_classes if self.separate_weights else -1,
+                           formulation=self.formulation)
 
     @property
     def valid_pages_max(self) -> int:
@@ -115,53 +119,64 @@ class KvConfig:
 
 
 @jax.tree_util.register_dataclass
-@dataclass
+@dataclass(frozen=True)
 class KvKnobs:
-    """Tunable values (traced). Trace arrays have one entry per trace request (length 1 if unused)."""
+    """Tunable values (traced: sweeping them never recompiles)."""
 
-    mean_lifetime_ticks: jax.Array  # float32[] mean request lifetime (synthetic lifetimes)
-    lifetime_sigma: jax.Array  # float32[] lognormal σ of ln(lifetime)
-    label_ticks: jax.Array  # float32[] width of a lifetime-label interval, in ticks
-    evict_used: jax.Array  # float32[] evict oldest requests while valid pages exceed this fraction
-    gc_trigger_used: jax.Array  # float32[] GC when used pages exceed this fraction of physical
-    gc_target_used: jax.Array  # float32[] GC reclaims until used ≤ this fraction
-    trace_arrival_tick: jax.Array  # int32[R] arrival tick, sorted
-    trace_life_ticks: jax.Array  # int32[R] ticks from arrival until the KV is released
-    trace_pages: jax.Array  # int32[R] KV pages of the request
-    trace_root_tick: jax.Array  # int32[R] arrival tick of the session's root request
+    mean_lifetime_ticks: jax.Array  # f32[] mean request lifetime (synthetic lifetimes)
+    lifetime_sigma: jax.Array  # f32[] lognormal σ of ln(lifetime)
+    label_ticks: jax.Array  # f32[] width of a lifetime-label interval, in ticks
+    evict_used: jax.Array  # f32[] evict oldest requests while valid pages exceed this fraction
+    gc_trigger_used: jax.Array  # f32[] GC when used pages exceed this fraction of physical
+    gc_target_used: jax.Array  # f32[] GC reclaims until used ≤ this fraction
 
+    @classmethod
+    def make(cls, config: KvConfig, mean_lifetime_ticks: float = 50.0, lifetime_sigma: float = 0.5,
+             label_ticks: float = 10.0, evict_used: float = 0.90, gc_trigger_used: float = 0.95,
+             gc_target_used: float | None = None) -> "KvKnobs":
+        """Knobs with HBFlex's thresholds by default (evict at 90 % used, GC at 95 %).
 
-def knobs(config: KvConfig, mean_lifetime_ticks: float = 50.0, lifetime_sigma: float = 0.5,
-          label_ticks: float = 10.0, evict_used: float = 0.90, gc_trigger_used: float = 0.95,
-          gc_target_used: float | None = None, trace: dict | None = None) -> KvKnobs:
-    """Knobs with HBFlex's thresholds by default (evict at 90 % used, GC at 95 %).
-
-    GC trigger/target are capped so the free pool never drops below the tick reserve.
-    """
-    owner = "KvKnobs"
-    require_real(owner, "mean_lifetime_ticks", mean_lifetime_ticks, 0.0, float(2**30), lo_open=True)
-    require_real(owner, "lifetime_sigma", lifetime_sigma, 0.0, 10.0)
-    require_real(owner, "label_ticks", label_ticks, 0.0, float(2**30), lo_open=True)
-    require_real(owner, "evict_used", evict_used, 0.0, 1.0, lo_open=True)
-    require_real(owner, "gc_trigger_used", gc_trigger_used, 0.0, 1.0, lo_open=True)
-    if gc_target_used is not None:
-        require_real(owner, "gc_target_used", gc_target_used, 0.0, 1.0)
-    phys = config.blocks.physical_pages
-    cap = 1.0 - (config.reserve_blocks + 1) * config.pages_per_block / phys
-    trig = min(gc_trigger_used, cap)
-    target = min(trig, cap - config.pages_per_block / phys) if gc_target_used is None else gc_target_used
-    t = trace or {"arrival_tick": [0], "life_ticks": [1], "pages": [1], "root_tick": [0]}
-    f32 = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
-    i32 = lambda v: jnp.asarray(np.asarray(v), jnp.int32)  # noqa: E731
-    return KvKnobs(mean_lifetime_ticks=f32(mean_lifetime_ticks), lifetime_sigma=f32(lifetime_sigma),
+        GC trigger/target are capped so the free pool never drops below the tick reserve.
+        """
+        owner = cls.__name__
+        require_real(owner, "mean_lifetime_ticks", mean_lifetime_ticks, 0.0, float(2**30), lo_open=True)
+        require_real(owner, "lifetime_sigma", lifetime_sigma, 0.0, 10.0)
+        require_real(owner, "label_ticks", label_ticks, 0.0, float(2**30), lo_open=True)
+        require_real(owner, "evict_used", evict_used, 0.0, 1.0, lo_open=True)
+        require_real(owner, "gc_trigger_used", gc_trigger_used, 0.0, 1.0, lo_open=True)
+        if gc_target_used is not None:
+            require_real(owner, "gc_target_used", gc_target_used, 0.0, 1.0)
+        phys = config.blocks.physical_pages
+        cap = 1.0 - (config.reserve_blocks + 1) * config.pages_per_block / phys
+        trig = min(gc_trigger_used, cap)
+        target = min(trig, cap - config.pages_per_block / phys) if gc_target_used is None else gc_target_used
+        f32 = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
+        return cls(mean_lifetime_ticks=f32(mean_lifetime_ticks), lifetime_sigma=f32(lifetime_sigma),
                    label_ticks=f32(label_ticks), evict_used=f32(evict_used), gc_trigger_used=f32(trig),
-                   gc_target_used=f32(target), trace_arrival_tick=i32(t["arrival_tick"]),
-                   trace_life_ticks=i32(t["life_ticks"]), trace_pages=i32(t["pages"]),
-                   trace_root_tick=i32(t["root_tick"]))
+                   gc_target_used=f32(target))
 
 
 @jax.tree_util.register_dataclass
-@dataclass
+@dataclass(frozen=True)
+class KvInputs:
+    """Trace requests as tick arrays (``lifetime = "trace"``), sorted by arrival; length 1 if unused."""
+
+    arrival_tick: jax.Array  # i32[R] arrival tick, sorted
+    life_ticks: jax.Array  # i32[R] ticks from arrival until the KV is released
+    pages: jax.Array  # i32[R] KV pages of the request
+    root_tick: jax.Array  # i32[R] arrival tick of the session's root request
+
+    @classmethod
+    def make(cls, trace: dict | None = None) -> "KvInputs":
+        """From ``hbfjax.workload.replay.kv_trace_requests`` arrays, or the placeholder of a synthetic run."""
+        t = trace or {"arrival_tick": [0], "life_ticks": [1], "pages": [1], "root_tick": [0]}
+        i32 = lambda v: jnp.asarray(np.asarray(v), jnp.int32)  # noqa: E731
+        return cls(arrival_tick=i32(t["arrival_tick"]), life_ticks=i32(t["life_ticks"]), pages=i32(t["pages"]),
+                   root_tick=i32(t["root_tick"]))
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
 class KvState:
     """One stream. S = slots."""
 
@@ -206,16 +221,16 @@ def init_state(config: KvConfig) -> KvState:
                    free_pages_sum=jnp.float32(0), valid_pages_sum=jnp.float32(0))
 
 
-def draw_lifetime(seed, stream_id, serial, knobs: KvKnobs, kind: str) -> jax.Array:
+def draw_lifetime(words: tuple, serial, knobs: KvKnobs, kind: str) -> jax.Array:
     """int32 lifetime ≥ 1 tick of request ``serial`` (counter hash; exponential, deterministic, lognormal)."""
     mean = knobs.mean_lifetime_ticks
-    u = rng.uniform01(rng.mix(seed, stream_id, serial, 0x11F))
+    u = rng.uniform01(rng.mix(*words, serial, Salt.LIFETIME_U1))
     if kind == "deterministic":
         life = jnp.broadcast_to(mean, u.shape)
     elif kind == "exponential":
         life = -mean * jnp.log1p(-u)
     else:  # lognormal with the given mean: median = mean·exp(−σ²/2); normal by Box–Muller
-        u2 = rng.uniform01(rng.mix(seed, stream_id, serial, 0x120))
+        u2 = rng.uniform01(rng.mix(*words, serial, Salt.LIFETIME_U2))
         z = jnp.sqrt(-2.0 * jnp.log1p(-u)) * jnp.cos(2.0 * jnp.pi * u2)
         sig = knobs.lifetime_sigma
         life = mean * jnp.exp(sig * z - 0.5 * sig * sig)
@@ -237,22 +252,22 @@ def _evict(state: KvState, ending, knobs: KvKnobs, config: KvConfig):
     return jnp.zeros(s, bool).at[order].set(ev_sorted)
 
 
-def _admit(state: KvState, free_slot, seed, stream_id, knobs: KvKnobs, config: KvConfig):
+def _admit(words: tuple, state: KvState, free_slot, inputs: KvInputs, knobs: KvKnobs, config: KvConfig):
     """New requests into free slots: closed loop (every free slot) or trace (arrived ones, in order)."""
     s = config.slots
     rank = jnp.cumsum(free_slot) - 1
     serial = state.admitted + rank
     if config.lifetime == "trace":
-        n_req = knobs.trace_arrival_tick.shape[0]
-        ready = jnp.searchsorted(knobs.trace_arrival_tick, state.tick, side="right").astype(jnp.int32)
+        n_req = inputs.arrival_tick.shape[0]
+        ready = jnp.searchsorted(inputs.arrival_tick, state.tick, side="right").astype(jnp.int32)
         new = free_slot & (serial < ready)
         idx = jnp.clip(serial, 0, n_req - 1)
-        life = knobs.trace_life_ticks[idx]
-        pages = knobs.trace_pages[idx]
-        root = knobs.trace_root_tick[idx]
+        life = inputs.life_ticks[idx]
+        pages = inputs.pages[idx]
+        root = inputs.root_tick[idx]
     else:
         new = free_slot
-        life = draw_lifetime(seed, stream_id, serial, knobs, config.lifetime)
+        life = draw_lifetime(words, serial, knobs, config.lifetime)
         pages = life * config.pages_per_tick  # KV grows every tick of the request's life
         root = jnp.broadcast_to(state.tick, (s,))
     label = jnp.floor(root.astype(jnp.float32) / knobs.label_ticks).astype(jnp.int32)
@@ -283,10 +298,10 @@ def _kill_dead_pages(st: BlockState, state: KvState, config: KvConfig) -> BlockS
     return dataclasses.replace(st, owner=owner, valid=alive.sum(axis=1, dtype=jnp.int32))
 
 
-def step(state: KvState, seed, stream_id, knobs: KvKnobs, config: KvConfig, measure: bool) -> KvState:
+def step(words: tuple, state: KvState, inputs: KvInputs, knobs: KvKnobs, config: KvConfig,
+         measuring: jax.Array) -> KvState:
     """One tick: amortised GC, then (unless the pool is short) ends, evictions, admissions, KV writes."""
     bc, s, p = config.blocks, config.slots, config.pages_per_tick
-    k = bc.pages_per_block
     st = state.blocks
     target = gc.gc_target_pages(st, knobs.gc_trigger_used, knobs.gc_target_used, bc)
 
@@ -294,7 +309,7 @@ def step(state: KvState, seed, stream_id, knobs: KvKnobs, config: KvConfig, meas
         owners, _, _, mask = moved
         return n + (mask & (owners % (s + 1) == s)).sum().astype(jnp.int32)
 
-    st, moved_w = gc.collect(st, config.gc_rounds, target, seed, stream_id, bc, on_move=count_weights,
+    st, moved_w = gc.collect(words, st, config.gc_rounds, target, bc, on_move=count_weights,
                              carry=state.moved_weight_pages)
     go = gc.free_blocks(st) >= config.reserve_blocks - 1
 
@@ -303,7 +318,7 @@ def step(state: KvState, seed, stream_id, knobs: KvKnobs, config: KvConfig, meas
     dead = ending | evict
     state = dataclasses.replace(state, live=state.live & ~dead,
                                 evicted=state.evicted + evict.sum().astype(jnp.int32))
-    state, new = _admit(state, go & ~state.live, seed, stream_id, knobs, config)
+    state, new = _admit(words, state, go & ~state.live, inputs, knobs, config)
     if config.allocation == "isolated":  # a new request in a slot must not share its predecessor's block
         st = gc.close_classes(st, jnp.zeros(bc.n_classes, bool).at[:s].set(new), bc)
     st = _kill_dead_pages(st, state, config)
@@ -322,7 +337,7 @@ def step(state: KvState, seed, stream_id, knobs: KvKnobs, config: KvConfig, meas
     st, _, _ = gc.append(st, owner, cls, write, bc)
     wrote = write.reshape(s, p).sum(axis=1, dtype=jnp.int32)  # a page the fallback could not place waits
     st = dataclasses.replace(st, host_pages=st.host_pages + wrote.sum().astype(jnp.int32))
-    m = jnp.float32(1.0 if measure else 0.0)
+    m = jnp.where(measuring, jnp.float32(1.0), jnp.float32(0.0))
     return dataclasses.replace(
         state, blocks=st, left=state.left - wrote, held=state.held + wrote,
         tick=state.tick + go.astype(jnp.int32), stalled=state.stalled + (~go).astype(jnp.int32),
@@ -331,59 +346,40 @@ def step(state: KvState, seed, stream_id, knobs: KvKnobs, config: KvConfig, meas
         valid_pages_sum=state.valid_pages_sum + m * st.valid.sum().astype(jnp.float32))
 
 
-def rollout(state: KvState, seed, stream_id, knobs, config: KvConfig, n_ticks: int, measure: bool) -> KvState:
-    def body(x, _):
-        return step(x, seed, stream_id, knobs, config, measure), None
-    state, _ = jax.lax.scan(body, state, None, length=n_ticks)
-    return state
-
-
 def _counters(state: KvState) -> dict:
     return {**gc.block_counters(state.blocks), "evicted_requests": state.evicted,
             "admitted_requests": state.admitted, "stalled_ticks": state.stalled,
             "label_fallback_pages": state.borrowed_pages}
 
 
-def simulate(stream_id, seed, knobs: KvKnobs, config: KvConfig) -> dict:
+class KvOutput(NamedTuple):
+    """One stream's measured ticks (counters are deltas over them)."""
+
+    host_writes: jax.Array  # i32[] host page programs
+    migrated_pages: jax.Array  # i32[] GC page programs
+    gc_invocations: jax.Array  # i32[] reclaim calls that erased a block
+    erases: jax.Array  # i32[] block erases
+    evicted_requests: jax.Array  # i32[] requests ended early by eviction
+    admitted_requests: jax.Array  # i32[]
+    stalled_ticks: jax.Array  # i32[] ticks the host waited for GC
+    label_fallback_pages: jax.Array  # i32[] pages written into the closest label's block
+    warmup_host_writes: jax.Array  # i32[] weight pages and warm-up host programs
+    moved_weight_pages: jax.Array  # i32[] weight pages GC migrated (0 with DASH separation)
+    overflow: jax.Array  # bool[] the free pool ran dry
+    mean_free_pages: jax.Array  # f32[] over measured ticks
+    mean_valid_pages: jax.Array  # f32[] over measured ticks
+    erases_per_block_mean: jax.Array  # f32[]
+    erases_per_block_max: jax.Array  # i32[]
+    erases_per_block_spread: jax.Array  # i32[] max − min
+
+
+def simulate(stream_id, seed, knobs: KvKnobs, inputs: KvInputs, config: KvConfig) -> KvOutput:
     """One stream (for ``hbfjax.batch.run``): warm-up ticks, then measured ticks (counters are deltas)."""
-    roll = lambda s, n, m: rollout(s, seed, stream_id, knobs, config, n, m)  # noqa: E731
-    state, before, d, erases = gc.warm_then_measure(init_state(config), roll, _counters, config.warmup_ticks,
-                                                    config.measure_ticks)
+    words = (seed, stream_id)
+    state, before, d, erases = gc.warm_then_measure(
+        init_state(config), lambda s, m: step(words, s, inputs, knobs, config, m), _counters,
+        lambda s: s.blocks.erases, config.warmup_ticks, config.measure_ticks)
     n = jnp.float32(config.measure_ticks)
-    return {**d, "warmup_host_writes": before["host_writes"] + config.weight_pages,
-            "moved_weight_pages": state.moved_weight_pages, "overflow": state.blocks.overflow,
-            "mean_free_pages": state.free_pages_sum / n, "mean_valid_pages": state.valid_pages_sum / n, **erases}
-
-
-def trace_requests(trace, config: KvConfig, fill: float = 0.8, tpot_s: float = 0.05,
-                   keep_s: float = 0.0) -> tuple[dict, dict]:
-    """Trace requests as tick arrays for ``knobs(trace=...)``, scaled to the simulated device.
-
-    A request's KV is its new tokens (input − reused prefix + output); it lives from arrival until
-    its session's last turn has finished decoding (descendants reuse it; HBFlex §5.4), plus
-    ``keep_s``. Its label comes from the session root's arrival. The run's ticks span the whole
-    trace; tokens per page are chosen so that by Little's law the mean live KV is ``fill`` of the
-    device (real KV is far larger than a test device; only the mix of lifetimes matters for WAF).
-    Returns (arrays, scale facts).
-    """
-    arrival = np.asarray(trace.arrival_s, np.float64)
-    order = np.argsort(arrival, kind="stable")
-    done = arrival + np.asarray(trace.output_tokens) * tpot_s
-    session = np.asarray(trace.session)
-    session_end = np.zeros(len(arrival))
-    np.maximum.at(session_end, session, done)
-    life_s = np.maximum(session_end[session] - arrival, 0.0) + keep_s
-    tokens = np.maximum(np.asarray(trace.input_tokens) - np.asarray(trace.prefix_tokens), 0) \
-        + np.asarray(trace.output_tokens)
-    ticks = config.warmup_ticks + config.measure_ticks
-    duration = max(float(arrival.max()), 1e-9)
-    tick_s = duration / ticks
-    life_ticks = np.maximum(np.ceil(life_s / tick_s), 1).astype(np.int64)
-    live_token_ticks = float((tokens * life_ticks).sum()) / ticks
-    tokens_per_page = max(live_token_ticks / (fill * config.blocks.physical_pages), 1e-9)
-    pages = np.maximum(np.ceil(tokens / tokens_per_page), 1).astype(np.int64)
-    life_ticks = np.maximum(life_ticks, -(-pages // config.pages_per_tick))
-    root_tick = np.floor(arrival[session] / tick_s).astype(np.int64)
-    arrays = {"arrival_tick": np.floor(arrival[order] / tick_s).astype(np.int64), "life_ticks": life_ticks[order],
-              "pages": pages[order], "root_tick": root_tick[order]}
-    return arrays, {"tick_s": tick_s, "tokens_per_page": tokens_per_page, "requests": len(arrival)}
+    return KvOutput(**d, warmup_host_writes=before["host_writes"] + config.weight_pages,
+                    moved_weight_pages=state.moved_weight_pages, overflow=state.blocks.overflow,
+                    mean_free_pages=state.free_pages_sum / n, mean_valid_pages=state.valid_pages_sum / n, **erases)

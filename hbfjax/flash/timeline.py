@@ -22,12 +22,7 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 import numpy as np
-from hbfjax.validate import ConfigError
-
-# The standard layer used by the CLI and figures (HBFlex Fig. 13a): weights of attention projections,
-# the QKV projection (new KV exists at its end), the KV read, attention, expert weights, expert FFN.
-STANDARD_SEGMENTS = ("attn_weight_read", "qkv_proj", "kv_read", "attention", "expert_weight_read", "ffn")
-
+from hbfjax.validate import require
 
 @jax.tree_util.register_dataclass
 @dataclass(frozen=True)
@@ -58,8 +53,7 @@ class Timeline:
 
 
 def _check(ok: bool, name: str, value, rule: str) -> None:
-    if not ok:
-        raise ConfigError(f"Timeline.{name} = {value!r}: {rule}")
+    require(ok, "Timeline", name, value, rule)
 
 
 def make_timeline(duration_us, is_read, kv_point, kv_bytes_per_token, plane_slots: int, *,
@@ -100,26 +94,6 @@ def make_timeline(duration_us, is_read, kv_point, kv_bytes_per_token, plane_slot
                     is_read=jnp.asarray(is_read_a), touch_fraction=jnp.asarray(frac), touch_mask=jnp.asarray(mask),
                     prefetchable=jnp.asarray(pf), kv_point=jnp.asarray(kv), phase_jitter=jnp.asarray(jit),
                     kv_bytes_per_token=jnp.asarray(kvb))
-
-
-def standard_timeline(layers: int, kv_bytes_per_token_layer: float, plane_slots: int, *,
-                      attn_weight_read_us: float, qkv_us: float, kv_read_us: float, attention_us: float,
-                      expert_weight_read_us: float, ffn_us: float, prefill_qkv_us_per_token: float = 0.0,
-                      prefill_attention_us_per_token: float = 0.0, prefill_ffn_us_per_token: float = 0.0,
-                      kv_touch_fraction: float = 1.0) -> Timeline:
-    """Identical layers of :data:`STANDARD_SEGMENTS` (HBFlex Fig. 13a); weight reads touch every plane
-    and are prefetchable, the KV read touches ``kv_touch_fraction`` of the planes."""
-    if layers < 1:
-        raise ConfigError(f"layers = {layers!r}: must be >= 1")
-    row = np.array([attn_weight_read_us, qkv_us, kv_read_us, attention_us, expert_weight_read_us, ffn_us], np.float32)
-    pre = np.array([0, prefill_qkv_us_per_token, 0, prefill_attention_us_per_token, 0, prefill_ffn_us_per_token],
-                   np.float32)
-    tile = lambda r: np.tile(r, (layers, 1))  # noqa: E731
-    return make_timeline(
-        tile(row), tile(np.array([1, 0, 1, 0, 1, 0], bool)), tile(np.array([0, 1, 0, 0, 0, 0], bool)),
-        kv_bytes_per_token_layer, plane_slots, prefill_us_per_token=tile(pre),
-        touch_fraction=tile(np.array([1, 0, kv_touch_fraction, 0, 1, 0], np.float32)),
-        prefetchable=tile(np.array([1, 0, 0, 0, 1, 0], bool)))
 
 
 # --- derived views (pure, traced) -------------------------------------------------------------

@@ -25,23 +25,25 @@ least-loaded group, requests spread over the replicas in load order.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from hbfjax import rng
+from hbfjax.salts import Salt
 from hbfjax.flash.collide import (PLACEMENTS, PlacementKnobs, group_count, max_load, offload_hot_planes,
-                                  placement_knobs, plane_loads, striped_plane)
+                                  place_pages, plane_loads)
 from hbfjax.validate import ConfigError, require, require_int, require_real
 
 SCHEDULES = ("in-order", "placement-aware")
 MAX_TOKENS = 2**30  # token counts (contexts, prefixes, tiles) stay int32 after any sum of two
 MAX_PAGE_ENTRIES = 2**24  # slots × logical pages × pages per logical: one stream's read of the active set
 HOT_PLANE_FACTOR = 1.5  # a plane is "hot" when its load exceeds 1.5 × the mean (HBFlex Fig. 5c)
-SALT_COMPLETE, SALT_ARRIVE, SALT_PAGE, SALT_BLOCK, SALT_PREFIX, SALT_THIN, SALT_START = 21, 22, 23, 24, 25, 26, 27
 
 
 @dataclass(frozen=True)
@@ -124,12 +126,47 @@ def attention_config(planes: int, slots: int, kv_bytes_per_token: float, *, logi
 @jax.tree_util.register_dataclass
 @dataclass(frozen=True)
 class WorkingSetKnobs:
+    """Traced knobs of the working set (stack a leading axis to sweep)."""
+
     placement: PlacementKnobs
-    kv_bytes_per_token: jax.Array  # float32 [] KV bytes per token per layer
-    tokens_per_logical_page: jax.Array  # int32 [] T
-    context_tokens: jax.Array  # int32 [K] context lengths replayed in order from a random start (trace or draws)
-    shared_prefix_tokens: jax.Array  # int32 [] shared system-prompt tokens of every request (0: none)
-    replicas: jax.Array  # int32 [] copies of the shared prefix, in distinct groups
+    kv_bytes_per_token: jax.Array  # f32[] KV bytes per token per layer
+    tokens_per_logical_page: jax.Array  # i32[] T
+    shared_prefix_tokens: jax.Array  # i32[] shared system-prompt tokens of every request (0: none)
+    replicas: jax.Array  # i32[] copies of the shared prefix, in distinct groups
+
+    @classmethod
+    def make(cls, kv_bytes_per_token: float, *, group_size: int, offload_fraction: float = 0.0,
+             logical_page_tokens: int = 16, pages_per_block: int = 512, shared_prefix_tokens: int = 0,
+             replicas: int = 1) -> "WorkingSetKnobs":
+        """Validated knobs: finite bytes per token > 0, whole token counts (at most 2^30), replicas >= 1."""
+        owner = cls.__name__
+        require_real(owner, "kv_bytes_per_token", kv_bytes_per_token, 0.0, float(MAX_TOKENS), lo_open=True)
+        require_int(owner, "logical_page_tokens", logical_page_tokens, 1, MAX_TOKENS)
+        require_int(owner, "shared_prefix_tokens", shared_prefix_tokens, 0, MAX_TOKENS)
+        require_int(owner, "replicas", replicas, 1)
+        return cls(placement=PlacementKnobs.make(group_size, 1, pages_per_block, offload_fraction),
+                   kv_bytes_per_token=jnp.float32(kv_bytes_per_token),
+                   tokens_per_logical_page=jnp.int32(logical_page_tokens),
+                   shared_prefix_tokens=jnp.int32(shared_prefix_tokens), replicas=jnp.int32(replicas))
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class WorkingSetInputs:
+    """What the run consumes: context lengths replayed in order from a random start (trace or draws)."""
+
+    context_tokens: jax.Array  # i32[K] prompt + output tokens of each arriving request
+
+    @classmethod
+    def make(cls, context_tokens) -> "WorkingSetInputs":
+        """Validated inputs: a non-empty 1-D array of finite contexts > 0 tokens (rounded, at most 2^30)."""
+        ctx = np.asarray(context_tokens, np.float64)
+        require(ctx.ndim == 1 and ctx.size >= 1, cls.__name__, "context_tokens", ctx.shape,
+                "must be a non-empty 1-D array")
+        bad = ctx[~(np.isfinite(ctx) & (ctx > 0))]
+        require(bad.size == 0, cls.__name__, "context_tokens", bad[:1].tolist(),
+                "every context must be finite and > 0 tokens")
+        return cls(context_tokens=jnp.asarray(np.clip(np.round(context_tokens), 1, 2**30), jnp.int32))
 
 
 @jax.tree_util.register_dataclass
@@ -141,26 +178,6 @@ class WorkingSetState:
     group_load: jax.Array  # int32 [planes] physical pages of the active set per group (first n_groups used)
     arrivals: jax.Array  # int32 [] requests admitted so far
     truncated: jax.Array  # int32 [] requests whose context exceeded max_logical_pages
-
-
-def working_set_knobs(context_tokens, kv_bytes_per_token: float, *, group_size: int, offload_fraction: float = 0.0,
-                      logical_page_tokens: int = 16, pages_per_block: int = 512, shared_prefix_tokens: int = 0,
-                      replicas: int = 1) -> WorkingSetKnobs:
-    """Validated knobs: contexts are finite and > 0 tokens (rounded, at most 2^30), counts whole."""
-    owner = "WorkingSetKnobs"
-    ctx = np.asarray(context_tokens, np.float64)
-    require(ctx.ndim == 1 and ctx.size >= 1, owner, "context_tokens", ctx.shape, "must be a non-empty 1-D array")
-    bad = ctx[~(np.isfinite(ctx) & (ctx > 0))]
-    require(bad.size == 0, owner, "context_tokens", bad[:1].tolist(), "every context must be finite and > 0 tokens")
-    require_real(owner, "kv_bytes_per_token", kv_bytes_per_token, 0.0, float(MAX_TOKENS), lo_open=True)
-    require_int(owner, "logical_page_tokens", logical_page_tokens, 1, MAX_TOKENS)
-    require_int(owner, "shared_prefix_tokens", shared_prefix_tokens, 0, MAX_TOKENS)
-    require_int(owner, "replicas", replicas, 1)
-    return WorkingSetKnobs(
-        placement=placement_knobs(group_size, 1, pages_per_block, offload_fraction),
-        kv_bytes_per_token=jnp.float32(kv_bytes_per_token), tokens_per_logical_page=jnp.int32(logical_page_tokens),
-        context_tokens=jnp.asarray(np.clip(np.round(context_tokens), 1, 2**30), jnp.int32),
-        shared_prefix_tokens=jnp.int32(shared_prefix_tokens), replicas=jnp.int32(replicas))
 
 
 def check_replicas(replicas: int, planes: int, group_size: int, config: WorkingSetConfig) -> None:
@@ -194,7 +211,8 @@ def _slot_group_load(group_row: jax.Array, valid_row: jax.Array, weight: jax.Arr
     return plane_loads(group_row, valid_row.astype(jnp.int32) * weight, planes)
 
 
-def event(words: tuple, state: WorkingSetState, knobs: WorkingSetKnobs, config: WorkingSetConfig) -> WorkingSetState:
+def event(words: tuple, state: WorkingSetState, inputs: WorkingSetInputs, knobs: WorkingSetKnobs,
+          config: WorkingSetConfig) -> WorkingSetState:
     """One completion and one arrival (the first ``slots`` events only fill empty slots)."""
     lmax = config.max_logical_pages
     size = pages_per_logical(knobs, config)
@@ -204,13 +222,13 @@ def event(words: tuple, state: WorkingSetState, knobs: WorkingSetKnobs, config: 
     # completion: the first `slots` events fill slot by slot, later ones free a uniform random slot
     filling = state.arrivals < config.slots
     slot = jnp.where(filling, state.arrivals % config.slots,
-                     rng.uniform_index(rng.mix(*words, SALT_COMPLETE, state.arrivals), config.slots))
+                     rng.uniform_index(rng.mix(*words, Salt.WS_COMPLETE, state.arrivals), config.slots))
     owned = (page >= prefix) & (page < state.logical_pages[slot])
     load = state.group_load - _slot_group_load(state.group[slot], owned, size, config.planes)
     # arrival: context from the replayed pool, logical pages to the least-loaded groups in turn
-    pool = knobs.context_tokens.shape[0]
-    start = rng.uniform_index(rng.mix(*words, SALT_START), pool)
-    context = knobs.context_tokens[(start + state.arrivals) % pool]
+    pool = inputs.context_tokens.shape[0]
+    start = rng.uniform_index(rng.mix(*words, Salt.WS_START), pool)
+    context = inputs.context_tokens[(start + state.arrivals) % pool]
     want = (context + knobs.tokens_per_logical_page - 1) // jnp.maximum(knobs.tokens_per_logical_page, 1)
     n_logical = jnp.minimum(want, lmax)
     unused = jnp.arange(config.planes) >= n_groups
@@ -228,23 +246,24 @@ def event(words: tuple, state: WorkingSetState, knobs: WorkingSetKnobs, config: 
     )
 
 
+def _request_placement(knobs: WorkingSetKnobs, config: WorkingSetConfig) -> PlacementKnobs:
+    """The placement knobs of one request's pages: L physical pages per logical page (derived from T)."""
+    return dataclasses.replace(knobs.placement, pages_per_logical=pages_per_logical(knobs, config))
+
+
 def active_planes(words: tuple, state: WorkingSetState, knobs: WorkingSetKnobs, config: WorkingSetConfig):
-    """Plane of every physical page the active set reads for one layer: (plane, valid) of [R, Lmax, Lp]."""
-    r, lmax, lp = config.slots, config.max_logical_pages, config.max_pages_per_logical
+    """Plane of every physical page the active set reads for one layer: (plane, valid) of [R, Lmax, Lp].
+
+    Placement is :func:`hbfjax.flash.collide.place_pages` (the one implementation) with each
+    request's words ``(*words, uid)`` and, for plane groups, the group chosen at its arrival.
+    """
+    lmax, lp = config.max_logical_pages, config.max_pages_per_logical
     size = pages_per_logical(knobs, config)
     logical = jnp.arange(lmax, dtype=jnp.int32)[None, :, None]
     stripe = jnp.arange(lp, dtype=jnp.int32)[None, None, :]
-    uid = state.uid[:, None, None]
     valid = (logical < state.logical_pages[:, None, None]) & (stripe < size)
-    pk = knobs.placement
-    if config.placement == "random":
-        plane = rng.uniform_index(rng.mix(*words, SALT_PAGE, uid, logical, stripe), config.planes)
-    elif config.placement == "isolated":
-        block = (logical * size + stripe) // jnp.maximum(pk.pages_per_block, 1)
-        plane = rng.uniform_index(rng.mix(*words, SALT_BLOCK, uid, block), config.planes)
-    else:
-        offset = rng.uniform_index(rng.mix(*words, SALT_PAGE, uid, logical), jnp.maximum(pk.group_size, 1))
-        plane = striped_plane(state.group[:, :, None], offset, stripe, pk.group_size)
+    plane = place_pages(config.placement, (*words, state.uid[:, None, None]), logical * size + stripe,
+                        config.planes, _request_placement(knobs, config), group=state.group[:, :, None])
     return _with_shared_prefix(words, plane, state, knobs, config), valid
 
 
@@ -257,7 +276,7 @@ def _with_shared_prefix(words, plane, state, knobs, config):
     logical = jnp.arange(lmax, dtype=jnp.int32)
     stripe = jnp.arange(lp, dtype=jnp.int32)
     # replica k of prefix page l sits in group (base_l + k · n_groups / replicas): distinct groups
-    base = rng.uniform_index(rng.mix(*words, SALT_PREFIX, logical), n_groups)  # [Lmax]
+    base = rng.uniform_index(rng.mix(*words, Salt.WS_PREFIX, logical), n_groups)  # [Lmax]
     spread = jnp.maximum(n_groups // replicas, 1)
     k = jnp.arange(config.max_replicas, dtype=jnp.int32)
     replica_group = (base[:, None] + k[None, :] * spread) % n_groups  # [Lmax, max_replicas]
@@ -266,9 +285,11 @@ def _with_shared_prefix(words, plane, state, knobs, config):
     request_rank = jnp.arange(config.slots, dtype=jnp.int32) % replicas  # requests spread over replicas
     chosen = rank[:, request_rank].T  # [R, Lmax]
     group = (base[None, :] + chosen * spread) % n_groups
-    offset = rng.uniform_index(rng.mix(*words, SALT_PREFIX + 100, logical), jnp.maximum(knobs.placement.group_size, 1))
-    prefix_plane = striped_plane(group[:, :, None], offset[None, :, None], stripe[None, None, :],
-                                 knobs.placement.group_size)
+    # the prefix is one shared "request": its words carry the prefix salt instead of a request id
+    size = pages_per_logical(knobs, config)
+    prefix_plane = place_pages("plane-group", (*words, Salt.WS_PREFIX_OFFSET),
+                               logical[None, :, None] * size + stripe[None, None, :], config.planes,
+                               _request_placement(knobs, config), group=group[:, :, None])
     return jnp.where((logical < prefix)[None, :, None], prefix_plane, plane)
 
 
@@ -325,7 +346,37 @@ def _greedy_waves(plane, valid, owner, n_chunks, config):
     return jnp.zeros((k_total + window,), jnp.int32).at[chosen].set(wave)[:k_total]
 
 
-def measure(words: tuple, state: WorkingSetState, knobs: WorkingSetKnobs, config: WorkingSetConfig) -> dict:
+class AttentionRead(NamedTuple):
+    """Placement and access metrics of one attention read of the active set (one layer, one stream)."""
+
+    pages: jax.Array  # i32[] physical pages read
+    max_to_avg_load: jax.Array  # f32[] max plane load / mean plane load (before offload)
+    hot_plane_fraction: jax.Array  # f32[] planes above HOT_PLANE_FACTOR × the mean load
+    offload_max_to_avg_load: jax.Array  # f32[] the same after hot-plane offload
+    offloaded_pages: jax.Array  # i32[] pages served from SRAM
+    sram_bytes: jax.Array  # i32[] SRAM those pages take
+    waves: jax.Array  # i32[] Σ over scheduling waves of the max plane load
+    ideal_waves: jax.Array  # i32[] Σ over scheduling waves of ceil(pages read from planes / planes)
+    amplification: jax.Array  # f32[] waves / ideal_waves
+
+
+class WorkingSetOutput(NamedTuple):
+    """One stream: every AttentionRead field as [measurements], and run counters."""
+
+    pages: jax.Array  # i32[M]
+    max_to_avg_load: jax.Array  # f32[M]
+    hot_plane_fraction: jax.Array  # f32[M]
+    offload_max_to_avg_load: jax.Array  # f32[M]
+    offloaded_pages: jax.Array  # i32[M]
+    sram_bytes: jax.Array  # i32[M]
+    waves: jax.Array  # i32[M]
+    ideal_waves: jax.Array  # i32[M]
+    amplification: jax.Array  # f32[M]
+    truncated_requests: jax.Array  # i32[] contexts longer than the static page bound
+    arrivals: jax.Array  # i32[] requests admitted
+
+
+def measure(words: tuple, state: WorkingSetState, knobs: WorkingSetKnobs, config: WorkingSetConfig) -> AttentionRead:
     """Placement and access metrics of one attention read of the active set (one layer)."""
     plane, valid = active_planes(words, state, knobs, config)
     loads = plane_loads(plane, valid, config.planes)
@@ -334,7 +385,7 @@ def measure(words: tuple, state: WorkingSetState, knobs: WorkingSetKnobs, config
     served, offloaded = offload_hot_planes(loads, knobs.placement.offload_fraction)
     # offloaded pages: a page on plane p is served from SRAM with probability excess_p / load_p
     excess_share = (loads - served).astype(jnp.float32) / jnp.maximum(loads, 1).astype(jnp.float32)
-    thin = rng.uniform01(rng.mix(*words, SALT_THIN, state.arrivals, jnp.arange(plane.size).reshape(plane.shape)))
+    thin = rng.uniform01(rng.mix(*words, Salt.WS_THIN, state.arrivals, jnp.arange(plane.size).reshape(plane.shape)))
     read = valid & (thin >= excess_share[plane])
     chunk_plane, chunk_read, owner, n_chunks = _chunk_table(plane, read, config)
     if config.schedule == "placement-aware":
@@ -347,28 +398,29 @@ def measure(words: tuple, state: WorkingSetState, knobs: WorkingSetKnobs, config
     wave_pages = jnp.sum(wave_loads, axis=1)
     waves = jnp.sum(max_load(wave_loads))
     ideal = jnp.sum((wave_pages + config.planes - 1) // config.planes)
-    return {
-        "pages": pages,
-        "max_to_avg_load": max_load(loads) / jnp.maximum(mean, 1e-9),
-        "hot_plane_fraction": jnp.mean(loads > HOT_PLANE_FACTOR * mean),
-        "offload_max_to_avg_load": max_load(served) / jnp.maximum(mean, 1e-9),
-        "offloaded_pages": offloaded,
-        "sram_bytes": offloaded * config.page_bytes,
-        "waves": waves,
-        "ideal_waves": ideal,
+    return AttentionRead(
+        pages=pages,
+        max_to_avg_load=max_load(loads) / jnp.maximum(mean, 1e-9),
+        hot_plane_fraction=jnp.mean(loads > HOT_PLANE_FACTOR * mean),
+        offload_max_to_avg_load=max_load(served) / jnp.maximum(mean, 1e-9),
+        offloaded_pages=offloaded,
+        sram_bytes=offloaded * config.page_bytes,
+        waves=waves,
+        ideal_waves=ideal,
         # no page read from planes (all served from SRAM): no waves, no amplification
-        "amplification": jnp.where(ideal > 0, waves / jnp.maximum(ideal, 1), 1.0),
-    }
+        amplification=jnp.where(ideal > 0, waves / jnp.maximum(ideal, 1), 1.0),
+    )
 
 
-def simulate(stream: jax.Array, seed: jax.Array, knobs: WorkingSetKnobs, config: WorkingSetConfig) -> dict:
+def simulate(stream_id: jax.Array, seed: jax.Array, knobs: WorkingSetKnobs, inputs: WorkingSetInputs,
+             config: WorkingSetConfig) -> WorkingSetOutput:
     """Warm up, then alternate ``events_per_measurement`` events with one measured read.
 
     Returns each metric as [measurements] plus ``truncated_requests`` (contexts longer than the
     static page bound) and ``arrivals``.
     """
-    words = (seed, stream)
-    step = lambda s, _: (event(words, s, knobs, config), None)  # noqa: E731
+    words = (seed, stream_id)
+    step = lambda s, _: (event(words, s, inputs, knobs, config), None)  # noqa: E731
     state, _ = jax.lax.scan(step, init_state(config), None, length=config.slots + config.warmup_events)
 
     def measured(s, _):
@@ -376,4 +428,4 @@ def simulate(stream: jax.Array, seed: jax.Array, knobs: WorkingSetKnobs, config:
         return s, measure(words, s, knobs, config)
 
     state, metrics = jax.lax.scan(measured, state, None, length=config.measurements)
-    return {**metrics, "truncated_requests": state.truncated, "arrivals": state.arrivals}
+    return WorkingSetOutput(*metrics, truncated_requests=state.truncated, arrivals=state.arrivals)

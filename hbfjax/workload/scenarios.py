@@ -1,5 +1,6 @@
 """Stated writeback scenarios: timelines and knobs for the HBFlex and DASH presets (until the serving
-engine builds timelines from model presets and GPU timing).
+engine builds timelines from model presets and GPU timing). The model, GPU and layer-structure
+numbers live here, in the workload layer; the physics (``hbfjax.flash.timeline``) only takes arrays.
 
 * ``hbflex``: DeepSeek-V4-Pro-like decode on one H200 with the all-HBF package (HBFlex §5.3, §6.4):
   61 layers, ≈5 KB of KV per token in all (HBFlex §5.3) → 82 B per token per layer; stage times
@@ -16,9 +17,18 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+import numpy as np
+
 from hbfjax.flash import writeback as wb
-from hbfjax.flash.timeline import standard_timeline
+from hbfjax.flash.timeline import Timeline, make_timeline
 from hbfjax.hardware import preset
+from hbfjax.validate import ConfigError
+
+# The standard layer of the stated scenarios (HBFlex Fig. 13a): weights of attention projections,
+# the QKV projection (new KV exists at its end), the KV read, attention, expert weights, expert FFN.
+STANDARD_SEGMENTS = ("attn_weight_read", "qkv_proj", "kv_read", "attention", "expert_weight_read", "ffn")
+
+
 
 HBFLEX_LAYERS = 61
 HBFLEX_KV_BYTES_PER_TOKEN = 5_000.0  # HBFlex §5.3: ≈5 KB per token, all layers
@@ -27,6 +37,31 @@ DASH_LAYERS = 48
 DASH_KV_BYTES_PER_TOKEN_LAYER = 8 * 128 * 2 * 2  # Llama 4 Maverick, bf16
 DASH_DECODE_KV_BUDGET_BYTES = 24.46e9  # DASH §VI-F
 DASH_SPILLED_KV_BYTES = 172.96e9  # DASH §VI-F: decode KV that ends in HBF over the 1M-token run
+
+
+def standard_timeline(layers: int, kv_bytes_per_token_layer: float, plane_slots: int, *,
+                      attn_weight_read_us: float, qkv_us: float, kv_read_us: float, attention_us: float,
+                      expert_weight_read_us: float, ffn_us: float, prefill_qkv_us_per_token: float = 0.0,
+                      prefill_attention_us_per_token: float = 0.0, prefill_ffn_us_per_token: float = 0.0,
+                      kv_touch_fraction: float = 1.0) -> Timeline:
+    """Identical layers of :data:`STANDARD_SEGMENTS` (HBFlex Fig. 13a); weight reads touch every plane
+    and are prefetchable, the KV read touches ``kv_touch_fraction`` of the planes."""
+    if layers < 1:
+        raise ConfigError(f"standard_timeline.layers = {layers!r}: must be >= 1")
+    row = np.array([attn_weight_read_us, qkv_us, kv_read_us, attention_us, expert_weight_read_us, ffn_us], np.float32)
+    pre = np.array([0, prefill_qkv_us_per_token, 0, prefill_attention_us_per_token, 0, prefill_ffn_us_per_token],
+                   np.float32)
+    tile = lambda r: np.tile(r, (layers, 1))  # noqa: E731
+    return make_timeline(
+        tile(row), tile(np.array([1, 0, 1, 0, 1, 0], bool)), tile(np.array([0, 1, 0, 0, 0, 0], bool)),
+        kv_bytes_per_token_layer, plane_slots, prefill_us_per_token=tile(pre),
+        touch_fraction=tile(np.array([1, 0, kv_touch_fraction, 0, 1, 0], np.float32)),
+        prefetchable=tile(np.array([1, 0, 0, 0, 1, 0], bool)))
+
+
+def segment(name: str) -> int:
+    """Index of a named segment of the standard layer."""
+    return STANDARD_SEGMENTS.index(name)
 
 
 @dataclass(frozen=True)
@@ -53,8 +88,8 @@ def hbflex_knobs(decode_requests: float = 64, prefill_chunk_tokens: float = 512,
                  t_prog_us: float | None = None, sram_kv_bytes: float = 240e6 - 169e6, prefetch: bool = True,
                  stripe_pages: float = HBFLEX_PLANE_GROUP, stages: StageModel = StageModel(),
                  kv_bytes_per_token_layer: float = HBFLEX_KV_BYTES_PER_TOKEN / HBFLEX_LAYERS,
-                 layers: int = HBFLEX_LAYERS) -> tuple[wb.WritebackKnobs, int]:
-    """Knobs for the hbflex scenario and its plane-slot count. The SRAM KV budget defaults to the
+                 layers: int = HBFLEX_LAYERS) -> wb.WritebackKnobs:
+    """Knobs for the hbflex scenario (plane slots: ``knobs.timeline.plane_slots``). The SRAM KV budget defaults to the
     240 MB package SRAM minus the 63 + 106 MB prefetch groups of HBFlex §5.3."""
     hbf = preset("hbflex").hbf
     slots = hbf.planes // HBFLEX_PLANE_GROUP
@@ -65,15 +100,15 @@ def hbflex_knobs(decode_requests: float = 64, prefill_chunk_tokens: float = 512,
         attention_us=d["attention"], expert_weight_read_us=stages.expert_weight_read_us, ffn_us=d["ffn"],
         prefill_qkv_us_per_token=stages.qkv_us_per_token, prefill_attention_us_per_token=stages.attention_us_per_token,
         prefill_ffn_us_per_token=stages.ffn_us_per_token)
-    fk = wb.flash_knobs(t_prog_us=hbf.t_prog_us if t_prog_us is None else t_prog_us, page_bytes=hbf.page_bytes,
+    fk = wb.FlashKnobs.make(t_prog_us=hbf.t_prog_us if t_prog_us is None else t_prog_us, page_bytes=hbf.page_bytes,
                         planes_per_slot=HBFLEX_PLANE_GROUP, stripe_pages=stripe_pages,
                         buffer_capacity_pages=sram_kv_bytes / hbf.page_bytes, wave_pages=hbf.parallel_units,
                         prefetch=1.0 if prefetch else 0.0)
-    return wb.WritebackKnobs(tl, fk, wb.workload_knobs(decode_requests, prefill_chunk_tokens, prefill_prob)), slots
+    return wb.WritebackKnobs(tl, fk, wb.WorkloadKnobs.make(decode_requests, prefill_chunk_tokens, prefill_prob))
 
 
 def dash_knobs(*, t_prog_us: float | None = None, attention_us: float = 600.0, decode_requests: float = 1,
-               plane_slots: int = 128) -> tuple[wb.WritebackKnobs, int]:
+               plane_slots: int = 128) -> wb.WritebackKnobs:
     """Knobs for the DASH §VI-F scenario (decode phase, HBM full). ``attention_us``: mean attention time
     per layer over the run (≈ KV bytes per layer at half the final context over the Direct + Relay
     rate, estimated)."""
@@ -84,14 +119,14 @@ def dash_knobs(*, t_prog_us: float | None = None, attention_us: float = 600.0, d
         kv_read_us=0.0, attention_us=attention_us + 15.0, expert_weight_read_us=60.0, ffn_us=20.0,
         kv_touch_fraction=0.0)
     # attention/QKV weights come from HBM (DASH §V-B): that read touches no HBF plane
-    tl = dataclasses.replace(tl, touch_fraction=tl.touch_fraction.at[:, 0].set(0.0))
+    tl = dataclasses.replace(tl, touch_fraction=tl.touch_fraction.at[:, segment("attn_weight_read")].set(0.0))
     wave = hbf.page_wave_bytes // hbf.page_bytes
     budget = DASH_DECODE_KV_BUDGET_BYTES // hbf.page_bytes
-    fk = wb.flash_knobs(t_prog_us=hbf.t_prog_us if t_prog_us is None else t_prog_us, page_bytes=hbf.page_bytes,
+    fk = wb.FlashKnobs.make(t_prog_us=hbf.t_prog_us if t_prog_us is None else t_prog_us, page_bytes=hbf.page_bytes,
                         planes_per_slot=hbf.parallel_units / plane_slots, stripe_pages=wave,
                         buffer_capacity_pages=budget, buffer_base_pages=budget - wave, wave_pages=wave,
                         link_bw_gbps=hbf.link_bw_gbps, prefetch=0.0)
-    return wb.WritebackKnobs(tl, fk, wb.workload_knobs(decode_requests, 0.0, 0.0)), plane_slots
+    return wb.WritebackKnobs(tl, fk, wb.WorkloadKnobs.make(decode_requests, 0.0, 0.0))
 
 
 def config_for(knobs: wb.WritebackKnobs, policy: str, iterations: int, warmup_iterations: int = 0) -> wb.WritebackConfig:

@@ -1,0 +1,42 @@
+"""Every hash salt of the simulator, named once (DESIGN.md §3 "Randomness").
+
+A draw is ``rng.mix(<hash words>, ..., Salt.X, ...)``: the salt says which kind of draw it is, so
+two mechanisms composed on one ``(seed, stream)`` never draw correlated numbers by accident.
+``@unique`` makes a repeated value an import-time error; ``tests/test_stats_rng.py`` checks it too.
+The values are the ones each mechanism has always used (changing one changes every result drawn
+with it); a new draw takes a new value.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum, unique
+
+
+@unique
+class Salt(IntEnum):
+    # reads: placement of one read's pages (hbfjax.flash.collide). The stripe offset of a logical
+    # page uses PLACE_RANDOM too, so plane-group placement with G = planes and L = 1 places every
+    # page exactly where random placement does.
+    PLACE_RANDOM = 11
+    PLACE_BLOCK = 12
+    PLACE_GROUP_START = 14
+    # reads: the attention working set (hbfjax.flash.workingset); its pages are placed by collide.
+    # 22-24 were its own page salts before placement was implemented once: not to be reused.
+    WS_COMPLETE = 21
+    WS_PREFIX = 25
+    WS_THIN = 26
+    WS_START = 27
+    WS_PREFIX_OFFSET = 125
+    # programs: writeback timeline (hbfjax.flash.writeback)
+    WB_PHASE = 41
+    WB_TOUCH = 42
+    WB_PREFILL = 43
+    # programs: synthetic backlog (hbfjax.flash.backlog)
+    BACKLOG_ARRIVALS = 51
+    # erase: GC victims and workloads (hbfjax.flash.gc, gc_overwrite, kv_lifetimes)
+    GC_RANDOM_VICTIM = 0x6C
+    OVERWRITE_UNIFORM = 0x77
+    OVERWRITE_HOT = 0x78
+    OVERWRITE_PAGE = 0x79
+    LIFETIME_U1 = 0x11F
+    LIFETIME_U2 = 0x120
