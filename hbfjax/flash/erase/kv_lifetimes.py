@@ -33,6 +33,7 @@ from hbfjax import rng
 from hbfjax.salts import Salt
 from hbfjax.flash.erase import gc
 from hbfjax.flash.erase.gc import BlockConfig, BlockState, require
+from hbfjax.validate import INT32_MAX, require_real
 
 ALLOCATIONS = ("interleaved", "isolated", "lifetime")
 GC_HEADROOM_BLOCKS = 2  # free blocks a GC round with several classes needs to take a victim (gc.reclaim)
@@ -72,6 +73,12 @@ class KvConfig:
         require(self.weight_pages >= 0, c, "weight_pages", self.weight_pages, "must be >= 0")
         require(self.warmup_ticks >= 0, c, "warmup_ticks", self.warmup_ticks, "must be >= 0")
         self.blocks  # validates the block geometry
+        per_tick = self.tick_pages + self.gc_rounds * self.victims_per_gc * self.pages_per_block
+        ticks = self.warmup_ticks + self.measure_ticks
+        require(ticks * per_tick + self.weight_pages <= INT32_MAX, c, "measure_ticks", self.measure_ticks,
+                f"(warmup_ticks {self.warmup_ticks} + measure_ticks) × {per_tick} page programs per tick at most "
+                f"(slots × pages_per_tick + gc_rounds × victims_per_gc × pages_per_block) must be <= {INT32_MAX}, "
+                "so every int32 page counter and tick fits")
         require(self.weight_pages * (1 if self.separate_weights else 2) < self.valid_pages_max, c, "n_blocks", self.n_blocks,
                 f"{self.n_blocks} × {self.pages_per_block} pages cannot hold {self.weight_pages} weight pages "
                 f"plus the GC reserve of {self.reserve_blocks} blocks and a partial block per class")
@@ -135,6 +142,14 @@ class KvKnobs:
 
         GC trigger/target are capped so the free pool never drops below the tick reserve.
         """
+        owner = cls.__name__
+        require_real(owner, "mean_lifetime_ticks", mean_lifetime_ticks, 0.0, float(2**30), lo_open=True)
+        require_real(owner, "lifetime_sigma", lifetime_sigma, 0.0, 10.0)
+        require_real(owner, "label_ticks", label_ticks, 0.0, float(2**30), lo_open=True)
+        require_real(owner, "evict_used", evict_used, 0.0, 1.0, lo_open=True)
+        require_real(owner, "gc_trigger_used", gc_trigger_used, 0.0, 1.0, lo_open=True)
+        if gc_target_used is not None:
+            require_real(owner, "gc_target_used", gc_target_used, 0.0, 1.0)
         phys = config.blocks.physical_pages
         cap = 1.0 - (config.reserve_blocks + 1) * config.pages_per_block / phys
         trig = min(gc_trigger_used, cap)
