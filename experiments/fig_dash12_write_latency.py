@@ -12,7 +12,7 @@ import pandas as pd
 from experiments.common import Comparison, Context, cached_table, save_figure
 from hbfjax import batch
 from hbfjax.workload import scenarios as sc
-from hbfjax.flash import writeback as wb
+from hbfjax.flash.programs import writeback as wb
 from hbfjax.hardware import preset
 
 TITLE = "DASH Fig. 12 — HBF write latency: program-busy time vs E2E-exposed stall (Llama 4 Maverick, 1/4K/1M)"

@@ -13,7 +13,7 @@ import pandas as pd
 
 from experiments.common import Comparison, Context, cached_table, fmt_ci, save_figure
 from hbfjax import batch
-from hbfjax.flash import gc, gc_analytic as an, gc_overwrite as ow
+from hbfjax.flash.erase import gc, analytic as an, gc_overwrite as ow
 from hbfjax.reports import gc_summary
 
 TITLE = "GC write amplification vs spare factor (greedy, FIFO, random victim) with analytic models"

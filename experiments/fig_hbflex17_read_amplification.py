@@ -10,7 +10,7 @@ import seaborn as sns
 from experiments._hbflex_models import MODELS
 from experiments.common import Comparison, Context, cached_table, fmt_ci, save_figure
 from hbfjax import batch, traces
-from hbfjax.flash import workingset
+from hbfjax.flash.reads import workingset
 from hbfjax.hardware import preset
 from hbfjax.stats import mean_ci95
 

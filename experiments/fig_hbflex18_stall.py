@@ -9,7 +9,7 @@ import pandas as pd
 from experiments.common import Comparison, Context, cached_table, fmt_ci, save_figure
 from hbfjax import batch, traces
 from hbfjax.workload import scenarios as sc
-from hbfjax.flash import writeback as wb
+from hbfjax.flash.programs import writeback as wb
 from hbfjax.stats import mean_ci95
 
 TITLE = "HBFlex Fig. 18 — write-induced stall per iteration: immediate → stripe → window-aware"

@@ -2,7 +2,7 @@
 
 The paper replays four Alibaba Bailian traces (not available here) for DeepSeek-V3 and Qwen3; we
 replay the traces in ``../shared/traces`` (Mooncake conversation, SWE-bench agent sessions, Azure
-code) through the KV-lifetime GC model (``hbfjax.flash.kv_lifetimes``): a request's KV lives
+code) through the KV-lifetime GC model (``hbfjax.flash.erase.kv_lifetimes``): a request's KV lives
 until its session's last turn has decoded plus a reuse retention, the oldest requests are evicted
 at 90 % used (HBFlex §5.4). Baseline: interleaved blocks, GC at 90 % (no deferral). Packing:
 lifetime labels from the root request's start time. Deferred: GC moved to 95 %.
@@ -15,8 +15,9 @@ import pandas as pd
 
 from experiments.common import Comparison, Context, cached_table, fmt_ci, save_figure
 from hbfjax import batch
-from hbfjax.flash import kv_lifetimes as kv
+from hbfjax.flash.erase import kv_lifetimes as kv
 from hbfjax.reports import gc_summary
+from hbfjax.workload.eviction import oldest_first
 from hbfjax.workload.replay import kv_trace_requests
 from hbfjax.traces import load_trace
 
@@ -38,7 +39,7 @@ def _compute(streams: int, seed: int, tiny: bool = False) -> pd.DataFrame:
         trace = load_trace(file)
         geom = {**GEOM, "n_blocks": 256, "warmup_ticks": 10, "measure_ticks": 20} if tiny else GEOM
         for scheme, alloc, gc_at in SCHEMES:
-            cfg = kv.KvConfig(**geom, allocation=alloc, lifetime="trace")
+            cfg = kv.KvConfig(**geom, allocation=alloc, lifetime="trace", evict=oldest_first)
             arrays, facts = kv_trace_requests(trace, cfg.warmup_ticks + cfg.measure_ticks, cfg.blocks.physical_pages,
                                               cfg.pages_per_tick, keep_s=KEEP_S)
             knobs = kv.KvKnobs.make(cfg, label_ticks=LABEL_TICKS, evict_used=0.90, gc_trigger_used=gc_at)

@@ -9,7 +9,7 @@ import pandas as pd
 from experiments._hbflex_models import MODELS
 from experiments.common import Comparison, Context, cached_table, save_figure
 from hbfjax import batch, traces
-from hbfjax.flash import workingset
+from hbfjax.flash.reads import workingset
 from hbfjax.hardware import preset
 
 TITLE = "HBFlex Fig. 5c — placement imbalance over a trace (Mooncake conversation contexts)"

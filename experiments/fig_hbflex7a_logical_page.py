@@ -9,8 +9,8 @@ import seaborn as sns
 
 from experiments.common import Comparison, Context, cached_table, fmt_ci, save_figure
 from hbfjax import batch
-from hbfjax.analytic import expected_max_load
-from hbfjax.flash import collide
+from hbfjax.flash.reads.analytic import expected_max_load
+from hbfjax.flash.reads import collide
 from hbfjax.hardware import preset
 from hbfjax.stats import mean_ci95
 

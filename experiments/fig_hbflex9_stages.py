@@ -9,7 +9,7 @@ import pandas as pd
 
 from experiments.common import Comparison, Context, cached_table, save_figure
 from hbfjax.workload import scenarios as sc
-from hbfjax.flash.timeline import apply_prefetch, window_after
+from hbfjax.flash.programs.timeline import apply_prefetch, window_after
 from hbfjax.hardware import preset
 
 TITLE = "HBFlex Fig. 9 — stage durations vs one program (tPROG = 75 µs)"

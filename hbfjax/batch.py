@@ -32,7 +32,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from hbfjax import rng
-from hbfjax.validate import ConfigError
+from hbfjax.validate import SEED_MAX, ConfigError, require_int
 
 StreamFn = Callable[[jax.Array, jax.Array, Any, Any, Any], Any]
 
@@ -94,7 +94,8 @@ def run(fn: StreamFn, n_streams: int, seed: int, knobs, config, *, inputs=None, 
     chunk = n_streams if chunk_streams is None else max(1, min(chunk_streams, n_streams))
     map_streams = min(map_streams, chunk) if map_streams else None
     batched = compiled(fn, knob_axis, map_streams)
-    seed_u32 = rng.seed_word(seed)
+    # a uint32 hash word: 2^32 would alias seed 0, so it is refused rather than wrapped
+    seed_u32 = rng.seed_word(require_int("batch.run", "seed", seed, 0, SEED_MAX))
     pieces = []
     t0 = time.perf_counter()
     for first in range(0, n_streams, chunk):

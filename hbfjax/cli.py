@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
+import re
 import sys
 
 from hbfjax import commands
@@ -28,8 +29,31 @@ def command_modules():
     return [importlib.import_module(f"hbfjax.commands.{name}") for name in names]
 
 
+# argparse's "argument --flag: <text>: <rule>" from a hbfjax.validate.number type
+_TYPE_ERROR = re.compile(r"argument (--[\w-]+)(?:/\S+)?: (\S*): (must .*)")
+
+
+class UsageError(Exception):
+    """A command line argparse refuses (unknown option, bad choice, a number out of range)."""
+
+    def __init__(self, prog: str, message: str):
+        super().__init__(message)
+        self.prog = prog
+
+
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors become one line (``prog: error: --flag = value: rule``) that
+    ``main`` prints with exit status 2, like every ``ConfigError`` of a run; ``--help`` still exits 0."""
+
+    def error(self, message: str):
+        m = _TYPE_ERROR.fullmatch(message)
+        if m:
+            message = f"{m.group(1)} = {m.group(2)}: {m.group(3)}"
+        raise UsageError(self.prog, " ".join(message.split()))
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hbfjax", description=DESCRIPTION,
+    parser = Parser(prog="hbfjax", description=DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in command_modules():
@@ -38,11 +62,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run one subcommand. A ``ConfigError`` or ``TraceError`` (a bad option, config or trace) is one
+    line on stderr and exit status 2, with nothing on stdout; any other exception is a bug and
+    propagates with its traceback."""
+    try:
+        args = build_parser().parse_args(argv)
+    except UsageError as err:
+        print(f"{err.prog}: error: {err}", file=sys.stderr)
+        return 2
     try:
         return int(args.func(args) or 0)
-    except (ConfigError, TraceError, ValueError) as err:
-        print(f"hbfjax {args.command}: error: {err}", file=sys.stderr)
+    except (ConfigError, TraceError) as err:
+        print(f"hbfjax {args.command}: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
 
 

@@ -14,26 +14,26 @@ from enum import IntEnum, unique
 
 @unique
 class Salt(IntEnum):
-    # reads: placement of one read's pages (hbfjax.flash.collide). The stripe offset of a logical
+    # reads: placement of one read's pages (hbfjax.flash.reads.collide). The stripe offset of a logical
     # page uses PLACE_RANDOM too, so plane-group placement with G = planes and L = 1 places every
     # page exactly where random placement does.
     PLACE_RANDOM = 11
     PLACE_BLOCK = 12
     PLACE_GROUP_START = 14
-    # reads: the attention working set (hbfjax.flash.workingset); its pages are placed by collide.
+    # reads: the attention working set (hbfjax.flash.reads.workingset); its pages are placed by collide.
     # 22-24 were its own page salts before placement was implemented once: not to be reused.
     WS_COMPLETE = 21
     WS_PREFIX = 25
     WS_THIN = 26
     WS_START = 27
     WS_PREFIX_OFFSET = 125
-    # programs: writeback timeline (hbfjax.flash.writeback)
+    # programs: writeback timeline (hbfjax.flash.programs.writeback)
     WB_PHASE = 41
     WB_TOUCH = 42
     WB_PREFILL = 43
-    # programs: synthetic backlog (hbfjax.flash.backlog)
+    # programs: synthetic backlog (hbfjax.flash.programs.backlog)
     BACKLOG_ARRIVALS = 51
-    # erase: GC victims and workloads (hbfjax.flash.gc, gc_overwrite, kv_lifetimes)
+    # erase: GC victims and workloads (hbfjax.flash.erase.gc, gc_overwrite, kv_lifetimes)
     GC_RANDOM_VICTIM = 0x6C
     OVERWRITE_UNIFORM = 0x77
     OVERWRITE_HOT = 0x78

@@ -188,10 +188,15 @@ def _raw(path: Path, line: int, row: dict, key: str):
 
 def _int_field(path: Path, line: int, row: dict, key: str, minimum: int = 0, maximum: int = INT32_MAX) -> int:
     """A whole number in [minimum, maximum] (default: the int32 range the simulator indexes with)."""
+    raw = _raw(path, line, row, key)
     try:
-        return require_int("", f"field {key!r}", _raw(path, line, row, key), minimum, maximum)
+        value = require_int("", f"field {key!r}", raw, None, None)
     except ConfigError as err:
         raise TraceError(f"{path}:{line}: {err}") from None
+    for ok, rule in ((value >= minimum, f"must be >= {minimum}"), (value <= maximum, f"must be <= {maximum}")):
+        if not ok:
+            raise TraceError(f"{path}:{line}: field {key!r} = {raw!r}: {rule}")
+    return value
 
 
 def _float_field(path: Path, line: int, row: dict, key: str) -> float:

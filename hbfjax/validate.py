@@ -30,12 +30,14 @@ def require(ok: bool, owner: str, name: str, value, rule: str) -> None:
 
 
 def _bounds_rule(lo, hi, lo_open: bool, hi_open: bool) -> str:
-    parts = []
+    fmt = lambda v: f"{v:g}" if isinstance(v, float) else f"{v}"  # noqa: E731
+    if lo is not None and hi is not None:
+        return f"must be in {'(' if lo_open else '['}{fmt(lo)}, {fmt(hi)}{')' if hi_open else ']'}"
     if lo is not None:
-        parts.append(f"{'>' if lo_open else '>='} {lo:g}" if isinstance(lo, float) else f"{'>' if lo_open else '>='} {lo}")
+        return f"must be {'>' if lo_open else '>='} {fmt(lo)}"
     if hi is not None:
-        parts.append(f"{'<' if hi_open else '<='} {hi:g}" if isinstance(hi, float) else f"{'<' if hi_open else '<='} {hi}")
-    return "must be " + " and ".join(parts) if parts else ""
+        return f"must be {'<' if hi_open else '<='} {fmt(hi)}"
+    return ""
 
 
 def _in_bounds(value, lo, hi, lo_open: bool, hi_open: bool) -> bool:
@@ -83,3 +85,41 @@ def require_choice(owner: str, name: str, value, choices) -> str:
     if value not in tuple(choices):
         raise ConfigError(f"{_label(owner, name)} = {value!r}: must be one of {tuple(choices)}")
     return value
+
+
+SEED_MAX = 2**32 - 1  # seeds are uint32 hash words (hbfjax.rng): 2^32 would alias 0
+
+
+def _parse_number(text: str):
+    """An int for integer text (``3072``), else a float (``1e12``, ``nan``, ``inf``, ``0.5``)."""
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)  # ValueError for non-numbers: argparse reports "invalid number value"
+
+
+def number(kind: type = float, lo=None, hi=None, *, lo_open: bool = False, hi_open: bool = False):
+    """An argparse ``type`` that parses a number and checks it with :func:`require_int` (``kind=int``,
+    default ``hi`` the int32 range) or :func:`require_real` (finite, in the given interval).
+
+    Rejections raise ``argparse.ArgumentTypeError('<text>: <rule>')``; ``hbfjax.cli`` prints them as
+    ``--flag = <text>: <rule>``. The returned callable carries ``kind``, ``lo``, ``hi``, ``lo_open``
+    and ``hi_open``, so tests can enumerate every numeric option and its range.
+    """
+    import argparse
+
+    if kind is int and hi is None:
+        hi = INT32_MAX
+
+    def parse(text: str):
+        try:
+            value = _parse_number(text)
+            if kind is int:
+                return require_int("", "", value, lo, hi)
+            return require_real("", "", value, lo, hi, lo_open=lo_open, hi_open=hi_open)
+        except ConfigError as err:  # message '<label> = <value>: <rule>' with an empty label
+            raise argparse.ArgumentTypeError(f"{text}: {str(err).split(': ', 1)[1]}") from None
+
+    parse.__name__ = "number" if kind is float else "integer"
+    parse.kind, parse.lo, parse.hi, parse.lo_open, parse.hi_open = kind, lo, hi, lo_open, hi_open
+    return parse

@@ -12,8 +12,8 @@ import pytest
 from _compiles import compilations
 
 from hbfjax import batch
-from hbfjax.analytic import expected_max_load, max_load_cdf
-from hbfjax.flash import collide as c
+from hbfjax.flash.reads.analytic import expected_max_load, max_load_cdf
+from hbfjax.flash.reads import collide as c
 from hbfjax.hardware import SpecError
 
 Z = 4.5  # tolerance in standard errors: two-sided false-alarm rate ~7e-6 per check
@@ -137,7 +137,7 @@ def test_knob_sweep_uses_common_random_numbers():
 
 
 def test_results_do_not_depend_on_device_count():
-    code = ("import json, jax, jax.numpy as jnp; from hbfjax import batch; from hbfjax.flash import collide as c;"
+    code = ("import json, jax, jax.numpy as jnp; from hbfjax import batch; from hbfjax.flash.reads import collide as c;"
             "cfg = c.ReadConfig(planes=256, max_pages=256, placement='random');"
             "k = c.ReadKnobs(jnp.int32(256), c.PlacementKnobs.make());"
             "o = batch.run(c.simulate, 10, 3, k, cfg);"
@@ -171,3 +171,11 @@ def test_flat_counter_refuses_int32_index_overflow():
     counts = jax.vmap(lambda p: c.plane_loads(p, jnp.ones_like(p), 2**20))
     with pytest.raises(ValueError, match="exceed int32 indexing"):
         jax.eval_shape(counts, jax.ShapeDtypeStruct((2**11, 4), jnp.int32))
+
+
+def test_numpy_reference_read_agrees_with_the_exact_expected_maximum():
+    from hbfjax.flash.reads.reference import random_read_waves
+    from hbfjax.stats import mean_ci95
+
+    mean, ci = mean_ci95(random_read_waves(64, 64, 4000, np.random.default_rng(0)))
+    assert abs(mean - expected_max_load(64, 64)) < 2 * ci  # ≈ 4 standard errors

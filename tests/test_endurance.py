@@ -2,7 +2,7 @@
 
 import pytest
 
-from hbfjax.flash import endurance as en
+from hbfjax.flash.erase import endurance as en
 
 TB = 1e12
 

@@ -11,8 +11,8 @@ import math
 import pytest
 
 from hbfjax import batch
-from hbfjax.flash import gc, gc_analytic as an, gc_overwrite as ow
-from hbfjax.flash.gc_reference import overwrite_waf
+from hbfjax.flash.erase import gc, analytic as an, gc_overwrite as ow
+from hbfjax.flash.erase.reference import overwrite_waf
 from hbfjax.reports import gc_summary
 
 

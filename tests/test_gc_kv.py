@@ -1,18 +1,18 @@
 """KV-lifetime GC: page conservation and no live page lost, WAF → 1, packing, weight separation."""
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from hbfjax import batch
-from hbfjax.flash import gc, kv_lifetimes as kv
+from hbfjax.flash.erase import gc, kv_lifetimes as kv
 from hbfjax.traces import load_trace
+from hbfjax.workload.eviction import oldest_first
 from hbfjax.workload.replay import kv_trace_requests
 
 SEED, STREAM = jnp.uint32(5), jnp.int32(2)
-BASE = dict(n_blocks=128, pages_per_block=16, slots=16, pages_per_tick=2, warmup_ticks=100, measure_ticks=200)
+BASE = dict(n_blocks=128, pages_per_block=16, slots=16, pages_per_tick=2, warmup_ticks=100, measure_ticks=200,
+            evict=oldest_first)
 
 
 def _waf(out):

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from hbfjax import batch
-from hbfjax.flash import collide as c
-from hbfjax.flash import workingset as ws
+from hbfjax.flash.reads import collide as c
+from hbfjax.flash.reads import workingset as ws
 
 PLANES = 256
 

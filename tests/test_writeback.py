@@ -17,12 +17,12 @@ import pytest
 from _compiles import compilations
 
 from hbfjax import batch, stats
-from hbfjax.flash import backlog as bl
+from hbfjax.flash.programs import backlog as bl
 from hbfjax.workload import scenarios as sc
-from hbfjax.flash import writeback as wb
-from hbfjax.flash.interference import program_pages, read_wait_us
-from hbfjax.flash.timeline import apply_prefetch, make_timeline, window_after
-from hbfjax.flash.writeback_reference import reference_plan, reference_rollout
+from hbfjax.flash.programs import writeback as wb
+from hbfjax.flash.programs.interference import program_pages, read_wait_us
+from hbfjax.flash.programs.timeline import apply_prefetch, make_timeline, window_after
+from hbfjax.flash.programs.reference import reference_plan, reference_rollout
 from hbfjax.workload.scenarios import standard_timeline
 
 
@@ -245,23 +245,6 @@ def test_bad_configuration_names_field_value_and_rule():
         bl.exact_stationary(3.0, 3)
 
 
-def test_cli_reports_the_documented_keys(capsys):
-    import json
-
-    from hbfjax.cli import main
-
-    assert main(["writeback", "--policy", "stripe", "--layers", "2", "--iterations", "4", "--streams", "2",
-                 "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    for key in ("stall_us_per_iteration", "ci95_stall_us", "program_busy_us_per_iteration", "buffer_peak_bytes",
-                "forced_writebacks"):
-        assert key in out
-    assert main(["writeback", "--synthetic", "--pages-per-iter", "2", "--window-pages", "3", "--iterations", "200",
-                 "--streams", "8", "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    assert {"mean_backlog_pages", "p_backlog_positive", "exact_mean_backlog_pages"} <= set(out)
-    assert main(["writeback", "--synthetic", "--pages-per-iter", "2"]) == 2
-    assert "needs --pages-per-iter and --window-pages" in capsys.readouterr().err
 
 
 def test_compiled_rollout_equals_the_sequential_numpy_reference():

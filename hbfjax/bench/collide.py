@@ -14,15 +14,11 @@ import numpy as np
 
 from hbfjax import batch
 from hbfjax.bench._timing import row, time_compiled, time_reference
-from hbfjax.flash import collide
+from hbfjax.flash.reads import collide
+from hbfjax.flash.reads.reference import random_read_waves
 
 PLANES = PAGES = 3072
 CPU_CHUNK_STREAMS = 256  # streams per lax.map step on a CPU
-
-
-def _reference(streams: int, rng: np.random.Generator) -> None:
-    for _ in range(streams):
-        np.bincount(rng.integers(0, PLANES, PAGES), minlength=PLANES).max()
 
 
 def run(scale: float) -> list[dict]:
@@ -40,7 +36,7 @@ def run(scale: float) -> list[dict]:
         ids = batch.stream_ids(0, streams, map_streams or 1)
         compile_s, run_s = time_compiled(lambda: fn(ids, jnp.uint32(1), knobs, None, config))
         # the reference is timed right after, under the same machine load
-        ref_s = time_reference(lambda: _reference(ref_streams, gen)) / (ref_streams * PAGES)
+        ref_s = time_reference(lambda: random_read_waves(PAGES, PLANES, ref_streams, gen)) / (ref_streams * PAGES)
         label = f"collide {placement}{' +offload' if offload else ''} {streams}x{PAGES}p/{PLANES}"
         rows.append(row(label, ids.shape[0] * PAGES, "page placements", compile_s, run_s, ref_s,
                         streams=int(ids.shape[0]), map_streams=map_streams))

@@ -3,7 +3,7 @@
 GPU scale (scale 1): 1,024 streams × 4,096 blocks × 64 pages, uniform overwrites at spare factor
 0.15 with greedy victims, after a sequential fill and two drive writes of warm-up (outside the
 timing). On a GPU the bench also times the CPU formulations and bigger chunks (``GPU_EXTRA``).
-The reference is ``hbfjax.flash.gc_reference``: the same policy written the usual way, one host
+The reference is ``hbfjax.flash.erase.reference``: the same policy written the usual way, one host
 write and one victim at a time in NumPy/Python, one stream; it times its own writes after its fill
 and one drive write of warm-up. Stalled chunks (host waiting for GC) write nothing and are not
 counted as writes. On a CPU the measured streams run ``MAP_STREAMS_CPU`` at a time (``lax.map``
@@ -22,8 +22,8 @@ import jax.numpy as jnp
 from hbfjax import batch
 from hbfjax.bench._profile import maybe_profile
 from hbfjax.bench._timing import row, time_compiled
-from hbfjax.flash import formulation, gc, gc_overwrite as ow
-from hbfjax.flash.gc_reference import overwrite_waf
+from hbfjax.flash.erase import formulation, gc, gc_overwrite as ow
+from hbfjax.flash.erase.reference import overwrite_waf
 
 SPARE = 0.15
 PAGES = 64

@@ -3,53 +3,96 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 
 import numpy as np
 
-from hbfjax.hardware import preset
+from hbfjax.commands._invariants import check_result
+from hbfjax.hardware import PRESETS, preset
+from hbfjax.validate import SEED_MAX, ConfigError, number
+
+MAX_STREAMS = 2**24  # stream ids are int32 and a run holds every stream's outputs in memory
+PRESET_NAMES = sorted(PRESETS)
 
 
 def add_common_args(parser: argparse.ArgumentParser, default_streams: int = 1024) -> None:
     """--streams, --seed, --json, --chunk-streams."""
     g = parser.add_argument_group("Monte Carlo")
-    g.add_argument("--streams", type=int, default=default_streams,
-                   help=f"independent Monte Carlo streams (default {default_streams})")
-    g.add_argument("--seed", type=int, default=0, help="random seed; same seed, same result (default 0)")
-    g.add_argument("--chunk-streams", type=int, default=None,
-                   help="simulate streams in chunks of this many to bound memory (default: all at once)")
+    g.add_argument("--streams", type=number(int, 2, MAX_STREAMS), default=default_streams,
+                   help=f"independent Monte Carlo streams, >= 2 for a 95 %% CI (default {default_streams})")
+    g.add_argument("--seed", type=number(int, 0, SEED_MAX), default=0,
+                   help="random seed in [0, 2^32); same seed, same result (default 0)")
+    g.add_argument("--chunk-streams", type=number(int, 1), default=None,
+                   help="simulate streams in chunks of at most this many to bound memory (default: all at once)")
     g.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 
 
 def add_preset_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", choices=["hbflex", "dash"], default=None,
+    parser.add_argument("--preset", choices=PRESET_NAMES, default=None,
                         help="take hardware values (planes, tR, tPROG, SRAM, ...) from a named preset")
+
+
+def flag(dest: str) -> str:
+    """The command-line spelling of an ``args`` attribute: ``pages_per_block`` -> ``--pages-per-block``."""
+    return "--" + dest.replace("_", "-")
+
+
+def given(args, dest: str) -> bool:
+    """Whether an option was given (options whose meaning depends on the mode default to None or False)."""
+    return getattr(args, dest) not in (None, False)
+
+
+def require_applies(args, mode: str, applies: dict[str, bool]) -> None:
+    """Refuse an option the chosen mode would ignore: ``applies`` maps an ``args`` attribute to whether
+    it has an effect in ``mode`` (a text such as ``"--workload read"``)."""
+    for dest, ok in applies.items():
+        if given(args, dest) and not ok:
+            raise ConfigError(f"{flag(dest)} = {getattr(args, dest)!r}: has no effect with {mode}; drop it "
+                              "or choose a mode it applies to (see --help)")
+
+
+@contextlib.contextmanager
+def blame(args, *dests: str):
+    """Prefix a ``ConfigError`` raised inside with those of the options its config is built from that
+    were given (``--a = 1, --b = 2: <Config>.<field> = ...: <rule>``)."""
+    try:
+        yield
+    except ConfigError as err:
+        named = ", ".join(f"{flag(d)} = {getattr(args, d)!r}" for d in dests if given(args, d))
+        if not named:
+            raise
+        raise ConfigError(f"{named}: {err}") from None
 
 
 def preset_or_none(name: str | None):
     return None if name is None else preset(name)
 
 
-def _jsonable(value):
+def _jsonable(value, nonfinite_as_none: bool = True):
+    """``value`` with NumPy scalars and arrays as Python numbers and lists; non-finite floats as None
+    (JSON has no inf or NaN) unless ``nonfinite_as_none`` is False (for the invariant checks)."""
     if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
+        return {k: _jsonable(v, nonfinite_as_none) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [_jsonable(v, nonfinite_as_none) for v in value]
     if isinstance(value, np.ndarray):
-        return _jsonable(value.tolist())
+        return _jsonable(value.tolist(), nonfinite_as_none)
     if isinstance(value, (np.integer,)):
         return int(value)
     if isinstance(value, (np.floating, float)):
         v = float(value)
-        return v if math.isfinite(v) else None
+        return v if math.isfinite(v) or not nonfinite_as_none else None
     if isinstance(value, np.bool_):
         return bool(value)
     return value
 
 
 def emit(result: dict, as_json: bool) -> None:
-    """Print ``result`` as one JSON object, or as aligned ``key  value`` lines."""
+    """Print ``result`` as one JSON object, or as aligned ``key  value`` lines, once it satisfies
+    every output invariant (``_invariants.check_result``; a ``ConfigError`` and nothing printed if not)."""
+    check_result(_jsonable(result, nonfinite_as_none=False))
     result = _jsonable(result)
     if as_json:
         print(json.dumps(result, sort_keys=False))

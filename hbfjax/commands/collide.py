@@ -8,11 +8,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from hbfjax import batch, traces
-from hbfjax.commands._common import add_common_args, add_preset_arg, emit, preset_or_none
-from hbfjax.flash import collide, workingset
+from hbfjax.commands._common import add_common_args, add_preset_arg, blame, emit, preset_or_none, require_applies
+from hbfjax.flash.reads import collide, workingset
 from hbfjax.hardware import preset
 from hbfjax.reports import fields, mean_ci_fields
-from hbfjax.validate import ConfigError
+from hbfjax.validate import number
 
 HELP = "plane collisions of HBF reads: waves, amplification, hot-plane offload"
 DESCRIPTION = """\
@@ -33,55 +33,94 @@ Examples:
 """
 
 
+INT = lambda lo=1, hi=None: number(int, lo, hi)  # noqa: E731
+ATTENTION_DEFAULTS = {"context_tokens_mean": 8192.0, "context_tokens_sigma": 1.0, "model_kv_bytes_per_token": 1024.0,
+                      "logical_page_tokens": 16, "slots": 32, "max_context_tokens": 16384, "chunk_tokens": 256,
+                      "schedule": "in-order", "shared_prefix_tokens": 0, "measurements": 4}
+READ_DEFAULT_PAGES = 3072
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser("collide", help=HELP, description=DESCRIPTION,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workload", choices=["read", "attention"], default="read",
                    help="one read of --pages pages, or attention over a working set (default read)")
     add_preset_arg(p)
-    p.add_argument("--planes", type=int, default=None,
+    p.add_argument("--planes", type=INT(1, collide.MAX_PLANES), default=None,
                    help="independent planes (bins); default: the preset's parallel units (hbflex: 3072)")
-    p.add_argument("--pages", type=int, default=3072, help="physical pages in the read (read workload; default "
-                   "3072 = one 12 MiB read of 4 KiB pages)")
+    p.add_argument("--pages", type=INT(1, collide.MAX_READ_PAGES), default=None,
+                   help=f"physical pages in the read (read workload; default {READ_DEFAULT_PAGES} = one 12 MiB read "
+                        "of 4 KiB pages)")
     p.add_argument("--placement", choices=list(collide.PLACEMENTS), default="random")
-    p.add_argument("--group-size", type=int, default=None,
-                   help="planes per plane group G (plane-group; default: all planes)")
-    p.add_argument("--pages-per-logical", type=int, default=1,
-                   help="physical pages per logical KV page L, striped over distinct planes (read workload)")
-    p.add_argument("--pages-per-block", type=int, default=None,
+    p.add_argument("--group-size", type=INT(), default=None,
+                   help="planes per plane group G, dividing the planes (plane-group, and shared-prefix replicas; "
+                        "default: all planes)")
+    p.add_argument("--pages-per-logical", type=INT(), default=None,
+                   help="physical pages per logical KV page L, striped over distinct planes (read workload, "
+                        "plane-group; default 1)")
+    p.add_argument("--pages-per-block", type=INT(), default=None,
                    help="pages a request fills on one plane before the next (isolated; default: the preset's "
                         "pages per block, else 512)")
-    p.add_argument("--offload-fraction", type=float, default=0.0,
-                   help="fraction f of top-loaded planes whose excess pages are served from SRAM (default 0)")
-    a = p.add_argument_group("attention workload")
+    p.add_argument("--offload-fraction", type=number(float, 0.0, 1.0, hi_open=True), default=0.0,
+                   help="fraction f in [0, 1) of top-loaded planes whose excess pages are served from SRAM "
+                        "(default 0)")
+    a = p.add_argument_group("attention workload (defaults in brackets)")
+    d = ATTENTION_DEFAULTS
     a.add_argument("--trace", default=None, help="trace file for context lengths (a name is looked up in "
                    "../shared/traces/); default: a lognormal distribution")
-    a.add_argument("--context-tokens-mean", type=float, default=8192.0, help="lognormal mean context, tokens")
-    a.add_argument("--context-tokens-sigma", type=float, default=1.0, help="lognormal sigma of log-context")
-    a.add_argument("--model-kv-bytes-per-token", type=float, default=1024.0,
-                   help="KV bytes per token per layer (default 1024: the HBFlex 1-KiB-per-token model)")
-    a.add_argument("--logical-page-tokens", type=int, default=16, help="tokens per logical KV page T (default 16)")
-    a.add_argument("--slots", type=int, default=32, help="concurrent requests in the working set (default 32)")
-    a.add_argument("--max-context-tokens", type=int, default=16384,
-                   help="longest context held per request; longer ones are truncated and counted (default 16384)")
-    a.add_argument("--chunk-tokens", type=int, default=256, help="tokens per CTA work tile (default 256)")
-    a.add_argument("--chunks-per-wave", type=int, default=None,
-                   help="work tiles read per scheduling wave (default: about one page per plane)")
-    a.add_argument("--schedule", choices=list(workingset.SCHEDULES), default="in-order")
-    a.add_argument("--shared-prefix-tokens", type=int, default=0, help="shared system-prompt tokens (default 0)")
-    a.add_argument("--replicas", type=int, default=1, help="copies of the shared prefix in distinct groups")
-    a.add_argument("--measurements", type=int, default=4, help="attention reads measured per stream (default 4)")
+    a.add_argument("--context-tokens-mean", type=number(float, 0.0, workingset.MAX_TOKENS, lo_open=True),
+                   default=None, help=f"lognormal mean context, tokens [{d['context_tokens_mean']:g}]")
+    a.add_argument("--context-tokens-sigma", type=number(float, 0.0, 10.0), default=None,
+                   help=f"lognormal sigma of log-context, in [0, 10] [{d['context_tokens_sigma']:g}]")
+    a.add_argument("--model-kv-bytes-per-token", type=number(float, 0.0, workingset.MAX_TOKENS, lo_open=True),
+                   default=None, help="KV bytes per token per layer [1024: the HBFlex 1-KiB-per-token model]")
+    a.add_argument("--logical-page-tokens", type=INT(1, workingset.MAX_TOKENS), default=None,
+                   help=f"tokens per logical KV page T [{d['logical_page_tokens']}]")
+    a.add_argument("--slots", type=INT(), default=None,
+                   help=f"concurrent requests in the working set [{d['slots']}]")
+    a.add_argument("--max-context-tokens", type=INT(1, workingset.MAX_TOKENS), default=None,
+                   help=f"longest context held per request; longer ones are truncated and counted "
+                        f"[{d['max_context_tokens']}]")
+    a.add_argument("--chunk-tokens", type=INT(1, workingset.MAX_TOKENS), default=None,
+                   help=f"tokens per CTA work tile, a multiple of T [{d['chunk_tokens']}]")
+    a.add_argument("--chunks-per-wave", type=INT(), default=None,
+                   help="work tiles read per scheduling wave [about one page per plane]")
+    a.add_argument("--schedule", choices=list(workingset.SCHEDULES), default=None, help="[in-order]")
+    a.add_argument("--shared-prefix-tokens", type=INT(0, workingset.MAX_TOKENS), default=None,
+                   help="shared system-prompt tokens [0]")
+    a.add_argument("--replicas", type=INT(), default=None,
+                   help="copies of the shared prefix in distinct groups (with --shared-prefix-tokens) [1]")
+    a.add_argument("--measurements", type=INT(), default=None,
+                   help=f"attention reads measured per stream [{d['measurements']}]")
     add_common_args(p, default_streams=256)
     p.set_defaults(func=run)
+
+
+def _check_options(args) -> None:
+    """Refuse every option the chosen workload and placement would ignore."""
+    read = args.workload == "read"
+    mode = f"--workload {args.workload} --placement {args.placement}"
+    prefix = bool(args.shared_prefix_tokens)
+    require_applies(args, mode, {
+        "pages": read, "pages_per_logical": read and args.placement == "plane-group",
+        "pages_per_block": args.placement == "isolated",
+        "group_size": args.placement == "plane-group" or (not read and prefix),
+        **{dest: not read for dest in ATTENTION_DEFAULTS}, "trace": not read, "chunks_per_wave": not read,
+        "replicas": not read and prefix})
+    require_applies(args, "--trace", {"context_tokens_mean": not args.trace, "context_tokens_sigma": not args.trace})
+    if not read:
+        for dest, value in ATTENTION_DEFAULTS.items():
+            if getattr(args, dest) is None:
+                setattr(args, dest, value)
+    elif args.pages is None:
+        args.pages = READ_DEFAULT_PAGES
 
 
 def _planes_and_block(args) -> tuple[int, int, object]:
     # without --preset the HBFlex package supplies what the flags leave open (3,072 planes, tR 4 µs, ...)
     spec = preset_or_none(args.preset) or preset("hbflex")
-    planes = args.planes or spec.hbf.parallel_units
-    block = args.pages_per_block or spec.hbf.pages_per_block
-    if planes < 1:
-        raise ConfigError(f"--planes = {planes}: must be >= 1")
+    planes = spec.hbf.parallel_units if args.planes is None else args.planes
+    block = spec.hbf.pages_per_block if args.pages_per_block is None else args.pages_per_block
     return planes, block, spec
 
 
@@ -90,8 +129,6 @@ def context_pool(args) -> np.ndarray:
     if args.trace:
         tokens = traces.load_trace(args.trace).context_tokens
     else:
-        if args.context_tokens_mean <= 0 or args.context_tokens_sigma < 0:
-            raise ConfigError("--context-tokens-mean must be > 0 and --context-tokens-sigma >= 0")
         sigma = args.context_tokens_sigma
         mu = np.log(args.context_tokens_mean) - sigma**2 / 2
         tokens = np.random.default_rng(args.seed).lognormal(mu, sigma, 8192)
@@ -99,11 +136,11 @@ def context_pool(args) -> np.ndarray:
 
 
 def run(args) -> int:
+    _check_options(args)
     planes, block, spec = _planes_and_block(args)
-    group = args.group_size or planes
-    collide.check_group_size(planes, group)
-    if not 0.0 <= args.offload_fraction < 1.0:
-        raise ConfigError(f"--offload-fraction = {args.offload_fraction}: must be in [0, 1)")
+    group = planes if args.group_size is None else args.group_size
+    with blame(args, "planes", "group_size"):
+        collide.check_group_size(planes, group)
     page_bytes = spec.hbf.page_bytes
     if args.workload == "read":
         return _run_read(args, planes, block, group, spec, page_bytes)
@@ -111,21 +148,24 @@ def run(args) -> int:
 
 
 def _run_read(args, planes, block, group, spec, page_bytes) -> int:
-    if args.pages < 1:
-        raise ConfigError(f"--pages = {args.pages}: must be >= 1")
+    per_logical = 1 if args.pages_per_logical is None else args.pages_per_logical
     config = collide.ReadConfig(planes=planes, max_pages=args.pages, placement=args.placement, page_bytes=page_bytes,
                                 t_read_us=spec.hbf.t_read_us, read_bw_gbps=spec.hbf.read_bw_gbps,
                                 offload=args.offload_fraction > 0)
     knobs = collide.ReadKnobs(pages=jnp.int32(args.pages), placement=collide.PlacementKnobs.make(
-        group, args.pages_per_logical, block, args.offload_fraction))
+        group, per_logical, block, args.offload_fraction))
     out = fields(batch.run(collide.simulate, args.streams, args.seed, knobs, config, chunk_streams=args.chunk_streams,
                            map_streams=batch.cpu_map_streams()))
-    s = mean_ci_fields(out, ("waves", "amplification", "max_to_avg_load", "offloaded_pages", "read_time_us"))
+    s = mean_ci_fields(out, ("waves", "ideal_waves", "amplification", "max_to_avg_load", "offloaded_pages",
+                             "read_time_us"))
+    # with offload the ideal counts only the pages read from planes (pages − SRAM-served), so waves ≥ ideal
+    ideal = s["ideal_waves"] if config.offload else int(collide.ideal_waves(args.pages, planes))
+    offload = {"sram_served_pages": s["offloaded_pages"],
+               "ideal_waves_all_pages": int(collide.ideal_waves(args.pages, planes))} if config.offload else {}
     emit({"workload": "read", "planes": planes, "pages": args.pages, "streams": args.streams, "seed": args.seed,
-          "placement": args.placement, "group_size": group, "pages_per_logical": args.pages_per_logical,
+          "placement": args.placement, "group_size": group, "pages_per_logical": per_logical,
           "offload_fraction": args.offload_fraction,
-          "mean_waves": s["waves"], "ci95_waves": s["ci95_waves"],
-          "ideal_waves": int(collide.ideal_waves(args.pages, planes)),
+          "mean_waves": s["waves"], "ci95_waves": s["ci95_waves"], "ideal_waves": ideal, **offload,
           "amplification": s["amplification"], "ci95_amplification": s["ci95_amplification"],
           "max_to_avg_load": s["max_to_avg_load"],
           "sram_bytes": s["offloaded_pages"] * page_bytes,
@@ -134,6 +174,7 @@ def _run_read(args, planes, block, group, spec, page_bytes) -> int:
 
 
 def _run_attention(args, planes, block, group, page_bytes) -> int:
+    replicas = 1 if args.replicas is None else args.replicas
     config = workingset.attention_config(
         planes, args.slots, args.model_kv_bytes_per_token, logical_page_tokens=args.logical_page_tokens,
         chunk_tokens=args.chunk_tokens, max_context_tokens=args.max_context_tokens,
@@ -143,7 +184,9 @@ def _run_attention(args, planes, block, group, page_bytes) -> int:
     knobs = workingset.WorkingSetKnobs.make(
         args.model_kv_bytes_per_token, group_size=group, offload_fraction=args.offload_fraction,
         logical_page_tokens=args.logical_page_tokens, pages_per_block=block,
-        shared_prefix_tokens=args.shared_prefix_tokens, replicas=args.replicas)
+        shared_prefix_tokens=args.shared_prefix_tokens, replicas=replicas)
+    with blame(args, "replicas", "group_size"):
+        workingset.check_replicas(replicas, planes, group, config)
     out = fields(batch.run(workingset.simulate, args.streams, args.seed, knobs, config, inputs=inputs,
                            chunk_streams=args.chunk_streams, progress=not args.json))
     s = mean_ci_fields(out, ("waves", "ideal_waves", "amplification", "max_to_avg_load", "hot_plane_fraction",

@@ -5,17 +5,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-import jax.numpy as jnp
 import numpy as np
 
 from hbfjax import batch, stats
-from hbfjax.commands._common import add_common_args, emit
-from hbfjax.flash import backlog as bl
+from hbfjax.commands._common import PRESET_NAMES, add_common_args, blame, emit, require_applies
+from hbfjax.flash.programs import backlog as bl
 from hbfjax.workload import scenarios as sc
-from hbfjax.flash import writeback as wb
+from hbfjax.flash.programs import writeback as wb
 from hbfjax.hardware import preset
 from hbfjax.reports import fields
-from hbfjax.validate import ConfigError
+from hbfjax.validate import ConfigError, number, require
 
 HELP = """\
 Program/read interference (HBFlex §3.2, §5.3; DASH §V-B, §VI-F). Each iteration runs every layer's
@@ -32,27 +31,14 @@ N ~ Poisson(λ), and prints the Monte Carlo mean backlog beside the exact statio
 """
 
 
-def _positive(kind):
-    def parse(text):
-        value = kind(text)
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"{text!r}: must be > 0")
-        return value
-    return parse
-
-
-def _nonneg(text):
-    value = float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be >= 0")
-    return value
-
-
-def _prob(text):
-    value = float(text)
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: must lie in [0, 1]")
-    return value
+US = number(float, 0.0, wb.MAX_US)  # a duration in µs, finite
+NONNEG = lambda hi: number(float, 0.0, hi)  # noqa: E731
+SEGMENTS = (("weight-read-us", "attention weight read"), ("qkv-us", "QKV projection compute"),
+            ("kv-read-us", "KV read"), ("attention-us", "attention compute"),
+            ("expert-read-us", "expert weight read"), ("ffn-us", "expert FFN compute"))
+TIMELINE_OPTIONS = ("policy", "preset", "layers", "kv_bytes_per_token", "decode_requests", "prefill_chunk",
+                    "prefill_prob", *(n.replace("-", "_") for n, _ in SEGMENTS), "prefill_us_per_token", "t_prog_us",
+                    "stripe_pages", "sram_mb", "no_prefetch", "hbm_budget_gb")
 
 
 def register(subparsers) -> None:
@@ -60,40 +46,54 @@ def register(subparsers) -> None:
                               description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--policy", choices=wb.POLICIES, default=None,
                    help="writeback policy (default: window with --preset hbflex, dash-hbm with --preset dash)")
-    p.add_argument("--preset", choices=["hbflex", "dash"], default="hbflex",
+    p.add_argument("--preset", choices=PRESET_NAMES, default=None,
                    help="hardware and scenario: hbflex = DeepSeek-V4-Pro-like decode on the all-HBF package; "
                         "dash = Llama 4 Maverick B=1 decode with HBM spill (default hbflex)")
     g = p.add_argument_group("timeline (per layer; defaults from the preset's scenario)")
-    g.add_argument("--layers", type=_positive(int), default=None, help="model layers")
-    g.add_argument("--kv-bytes-per-token", type=_nonneg, default=None, help="KV bytes per token per layer")
-    g.add_argument("--decode-requests", type=_nonneg, default=None, help="running decode requests (tokens/iteration)")
-    g.add_argument("--prefill-chunk", type=_nonneg, default=None, help="prefill chunk tokens (default 512 hbflex)")
-    g.add_argument("--prefill-prob", type=_prob, default=None,
-                   help="probability an iteration carries a prefill chunk (default 0.3 hbflex, 0 dash)")
-    for name, what in (("weight-read-us", "attention weight read"), ("qkv-us", "QKV projection compute"),
-                       ("kv-read-us", "KV read"), ("attention-us", "attention compute"),
-                       ("expert-read-us", "expert weight read"), ("ffn-us", "expert FFN compute")):
-        g.add_argument(f"--{name}", type=_nonneg, default=None, help=f"{what}, µs per layer (decode iteration)")
-    g.add_argument("--prefill-us-per-token", type=_nonneg, default=None,
+    g.add_argument("--layers", type=number(int, 1, wb.MAX_LAYERS), default=None, help="model layers")
+    g.add_argument("--kv-bytes-per-token", type=NONNEG(wb.MAX_COUNT), default=None,
+                   help="KV bytes per token per layer")
+    g.add_argument("--decode-requests", type=NONNEG(wb.MAX_COUNT), default=None,
+                   help="running decode requests (tokens/iteration)")
+    g.add_argument("--prefill-chunk", type=NONNEG(wb.MAX_COUNT), default=None,
+                   help="prefill chunk tokens (default 512 hbflex)")
+    g.add_argument("--prefill-prob", type=NONNEG(1.0), default=None,
+                   help="probability in [0, 1] an iteration carries a prefill chunk (default 0.3 hbflex, 0 dash)")
+    for name, what in SEGMENTS:
+        g.add_argument(f"--{name}", type=US, default=None, help=f"{what}, µs per layer (decode iteration)")
+    g.add_argument("--prefill-us-per-token", type=US, default=None,
                    help="extra compute per prefill token and layer, µs (split over QKV/attention/FFN as the preset)")
     f = p.add_argument_group("flash and buffers")
-    f.add_argument("--t-prog-us", type=_positive(float), default=None, help="page program latency tPROG, µs")
-    f.add_argument("--stripe-pages", type=_positive(float), default=None, help="pages per stripe G (stripe, window)")
-    f.add_argument("--sram-mb", type=_nonneg, default=None,
-                   help="SRAM for buffered KV, MB (window; default 240 MB − 169 MB prefetched weights)")
-    f.add_argument("--no-prefetch", action="store_true", help="window: do not prefetch weights to merge windows")
-    f.add_argument("--hbm-budget-gb", type=_positive(float), default=None,
-                   help="dash-hbm: HBM decode-KV budget, GB (default 24.46; the run starts just below it)")
+    f.add_argument("--t-prog-us", type=number(float, 0.0, wb.MAX_US, lo_open=True), default=None,
+                   help="page program latency tPROG, µs")
+    f.add_argument("--stripe-pages", type=number(int, 1, wb.MAX_COUNT), default=None,
+                   help="whole pages per stripe G (stripe, window; --preset hbflex)")
+    f.add_argument("--sram-mb", type=NONNEG(wb.MAX_COUNT), default=None,
+                   help="SRAM for buffered KV, MB (window, --preset hbflex; default 240 MB − 169 MB prefetched weights)")
+    f.add_argument("--no-prefetch", action="store_true",
+                   help="do not prefetch weights to merge windows (--preset hbflex)")
+    f.add_argument("--hbm-budget-gb", type=number(float, 0.0, 1e6, lo_open=True), default=None,
+                   help="dash-hbm: HBM decode-KV budget, GB, at least one page wave (default 24.46; the run starts "
+                        "just below it)")
     r = p.add_argument_group("run")
-    r.add_argument("--iterations", type=_positive(int), default=None, help="iterations per stream (default 100; "
-                   "synthetic 4000)")
-    r.add_argument("--warmup", type=_nonneg, default=None, help="iterations discarded first (default 10 %%)")
+    r.add_argument("--iterations", type=number(int, 1, wb.MAX_ITERATIONS), default=None,
+                   help="iterations per stream (default 100; synthetic 4000)")
+    r.add_argument("--warmup", type=number(int, 0), default=None,
+                   help="iterations discarded first, fewer than --iterations (default 10 %%; synthetic 25 %%)")
     s = p.add_argument_group("synthetic mode (Lindley backlog)")
     s.add_argument("--synthetic", action="store_true", help="run the synthetic backlog instead of a timeline")
-    s.add_argument("--pages-per-iter", type=_nonneg, default=None, help="λ: mean new pages per iteration (Poisson)")
-    s.add_argument("--window-pages", type=_positive(int), default=None, help="w: page programs one window fits")
+    s.add_argument("--pages-per-iter", type=NONNEG(bl.MAX_PAGES_PER_ITER), default=None,
+                   help="λ: mean new pages per iteration (Poisson)")
+    s.add_argument("--window-pages", type=number(int, 1, bl.MAX_WINDOW_PAGES), default=None,
+                   help="w: page programs one window fits")
     add_common_args(p, default_streams=256)
     p.set_defaults(func=run)
+
+
+def _warmup(args, iterations: int, default: int) -> int:
+    warm = default if args.warmup is None else args.warmup
+    require(warm < iterations, "", "--warmup", warm, f"must be < --iterations = {iterations}")
+    return warm
 
 
 def _ci(out: dict, key: str):
@@ -101,12 +101,16 @@ def _ci(out: dict, key: str):
 
 
 def run_synthetic(args) -> int:
+    require_applies(args, "--synthetic", {dest: False for dest in TIMELINE_OPTIONS})
     if args.pages_per_iter is None or args.window_pages is None:
         raise ConfigError("--synthetic needs --pages-per-iter and --window-pages")
     lam, w = args.pages_per_iter, args.window_pages
-    T = args.iterations or 4000
-    warm = int(args.warmup) if args.warmup is not None else T // 4
-    cfg = bl.BacklogConfig(iterations=T, warmup_iterations=warm, max_arrivals=bl.poisson_table_size(lam))
+    T = 4000 if args.iterations is None else args.iterations
+    warm = _warmup(args, T, T // 4)
+    with blame(args, "pages_per_iter", "window_pages", "iterations"):
+        cfg = bl.BacklogConfig(iterations=T, warmup_iterations=warm, max_arrivals=bl.poisson_table_size(lam))
+        if lam < w:
+            bl.check_exact_cost(lam, w)  # before the Monte Carlo, so a refused λ/w costs nothing
     out = fields(batch.run(bl.simulate, args.streams, args.seed, bl.BacklogKnobs.make(lam, w), cfg,
                            chunk_streams=args.chunk_streams))
     m, ci = _ci(out, "mean_backlog_pages")
@@ -126,6 +130,10 @@ def run_synthetic(args) -> int:
 
 
 def _knobs(args):
+    hbflex = args.preset == "hbflex"
+    require_applies(args, f"--preset {args.preset} --policy {args.policy}", {
+        "sram_mb": hbflex and args.policy == "window", "stripe_pages": hbflex and args.policy in ("stripe", "window"),
+        "no_prefetch": hbflex, "hbm_budget_gb": args.preset == "dash" and args.policy == "dash-hbm"})
     if args.preset == "dash":
         knobs = sc.dash_knobs(t_prog_us=args.t_prog_us,
                               **({} if args.decode_requests is None else {"decode_requests": args.decode_requests}))
@@ -143,13 +151,15 @@ def _knobs(args):
         knobs = sc.hbflex_knobs(t_prog_us=args.t_prog_us, prefetch=not args.no_prefetch, **kw)
     knobs = _override_timeline(args, knobs, knobs.timeline.plane_slots)
     fk = knobs.flash
-    if args.preset == "dash" and args.hbm_budget_gb is not None:
+    if args.hbm_budget_gb is not None:
         budget = float(int(args.hbm_budget_gb * 1e9 // float(fk.page_bytes)))
-        fk = dataclasses.replace(fk, buffer_capacity_pages=jnp.float32(budget),
-                                 buffer_base_pages=jnp.float32(budget - float(fk.wave_pages)))
+        with blame(args, "hbm_budget_gb"):  # the run starts one page wave below the budget
+            fk = wb.FlashKnobs.make(**{**{k: float(v) for k, v in vars(fk).items()}, "buffer_capacity_pages": budget,
+                                   "buffer_base_pages": budget - float(fk.wave_pages)})
     wl = knobs.workload
     if args.preset == "dash" and (args.prefill_chunk is not None or args.prefill_prob is not None):
-        wl = wb.WorkloadKnobs.make(float(wl.decode_requests), args.prefill_chunk or 0.0, args.prefill_prob or 0.0)
+        wl = wb.WorkloadKnobs.make(float(wl.decode_requests), 0.0 if args.prefill_chunk is None else args.prefill_chunk,
+                                   0.0 if args.prefill_prob is None else args.prefill_prob)
     return wb.WritebackKnobs(knobs.timeline, fk, wl)
 
 
@@ -186,14 +196,16 @@ def _override_timeline(args, knobs, slots):
 def run(args) -> int:
     if args.synthetic:
         return run_synthetic(args)
-    if args.pages_per_iter is not None or args.window_pages is not None:
-        raise ConfigError("--pages-per-iter and --window-pages belong to --synthetic")
+    require_applies(args, "a timeline run (no --synthetic)", {"pages_per_iter": False, "window_pages": False})
+    args.preset = "hbflex" if args.preset is None else args.preset
     if args.policy is None:
         args.policy = "dash-hbm" if args.preset == "dash" else "window"
     knobs = _knobs(args)
-    T = args.iterations or 100
-    warm = int(args.warmup) if args.warmup is not None else T // 10
+    T = 100 if args.iterations is None else args.iterations
+    warm = _warmup(args, T, T // 10)
     cfg = sc.config_for(knobs, args.policy, T, warm)
+    with blame(args, "decode_requests", "prefill_chunk", "kv_bytes_per_token", "layers", "iterations"):
+        wb.check_int32_counts(knobs, cfg)
     out = fields(batch.run(wb.simulate, args.streams, args.seed, knobs, cfg, chunk_streams=args.chunk_streams))
     stall, stall_ci = _ci(out, "stall_us_per_iteration")
     busy, busy_ci = _ci(out, "program_busy_us_per_iteration")

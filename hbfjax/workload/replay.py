@@ -69,7 +69,7 @@ def session_replay(trace: Trace, concurrency: int, streams: int, seed: int, *, i
     ``iteration_s``), then decodes one token per iteration.
     ``intervals``: per stream, the decode tokens of every interval between consecutive prefill iterations
     (after warm-up); ``decode_requests`` and ``prefill_tokens`` [streams, iterations]: the per-iteration
-    inputs a writeback rollout takes (``hbfjax.flash.writeback.rollout``)."""
+    inputs a writeback rollout takes (``hbfjax.flash.programs.writeback.rollout``)."""
     new_in, out, gap, starts = _turns(trace)
     rng = np.random.default_rng(seed)
     shape = (streams, concurrency)

@@ -1,6 +1,6 @@
 """Stated writeback scenarios: timelines and knobs for the HBFlex and DASH presets (until the serving
 engine builds timelines from model presets and GPU timing). The model, GPU and layer-structure
-numbers live here, in the workload layer; the physics (``hbfjax.flash.timeline``) only takes arrays.
+numbers live here, in the workload layer; the physics (``hbfjax.flash.programs.timeline``) only takes arrays.
 
 * ``hbflex``: DeepSeek-V4-Pro-like decode on one H200 with the all-HBF package (HBFlex §5.3, §6.4):
   61 layers, ≈5 KB of KV per token in all (HBFlex §5.3) → 82 B per token per layer; stage times
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hbfjax.flash import writeback as wb
-from hbfjax.flash.timeline import Timeline, make_timeline
+from hbfjax.flash.programs import writeback as wb
+from hbfjax.flash.programs.timeline import Timeline, make_timeline
 from hbfjax.hardware import preset
 from hbfjax.validate import ConfigError
 

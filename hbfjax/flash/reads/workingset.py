@@ -26,6 +26,7 @@ least-loaded group, requests spread over the replicas in load order.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -35,11 +36,13 @@ import numpy as np
 
 from hbfjax import rng
 from hbfjax.salts import Salt
-from hbfjax.flash.collide import (PLACEMENTS, PlacementKnobs, group_count, max_load, offload_hot_planes,
+from hbfjax.flash.reads.collide import (PLACEMENTS, PlacementKnobs, group_count, max_load, offload_hot_planes,
                                   place_pages, plane_loads)
-from hbfjax.validate import ConfigError
+from hbfjax.validate import ConfigError, require, require_int, require_real
 
 SCHEDULES = ("in-order", "placement-aware")
+MAX_TOKENS = 2**30  # token counts (contexts, prefixes, tiles) stay int32 after any sum of two
+MAX_PAGE_ENTRIES = 2**24  # slots × logical pages × pages per logical: one stream's read of the active set
 HOT_PLANE_FACTOR = 1.5  # a plane is "hot" when its load exceeds 1.5 × the mean (HBFlex Fig. 5c)
 
 
@@ -74,6 +77,12 @@ class WorkingSetConfig:
         if self.max_logical_pages % self.chunk_logical_pages:
             raise ConfigError(f"WorkingSetConfig.chunk_logical_pages = {self.chunk_logical_pages}: must divide "
                              f"max_logical_pages = {self.max_logical_pages}")
+        entries = self.slots * self.max_logical_pages * self.max_pages_per_logical
+        require(entries <= MAX_PAGE_ENTRIES, "WorkingSetConfig", "slots", self.slots,
+                f"slots × max_logical_pages ({self.max_logical_pages}) × max_pages_per_logical "
+                f"({self.max_pages_per_logical}) = {entries} physical pages per stream must be <= {MAX_PAGE_ENTRIES}")
+        require(self.lookahead_chunks >= 0, "WorkingSetConfig", "lookahead_chunks", self.lookahead_chunks, "must be >= 0")
+        require(self.max_replicas >= 1, "WorkingSetConfig", "max_replicas", self.max_replicas, "must be >= 1")
 
     @property
     def chunks(self) -> int:
@@ -93,15 +102,20 @@ def attention_config(planes: int, slots: int, kv_bytes_per_token: float, *, logi
     Chunks of ``chunk_tokens`` are CTA work tiles; by default a scheduling wave holds about one
     physical page per plane (the 12 MiB read of HBFlex §3.1 for 3,072 planes).
     """
-    t = logical_page_tokens
-    if t < 1 or chunk_tokens < t or chunk_tokens % t:
+    t = require_int("", "logical_page_tokens", logical_page_tokens, 1, MAX_TOKENS)
+    require_int("", "chunk_tokens", chunk_tokens, 1, MAX_TOKENS)
+    require_int("", "max_context_tokens", max_context_tokens, 1, MAX_TOKENS)
+    require_int("", "page_bytes", page_bytes, 1)
+    if chunk_tokens < t or chunk_tokens % t:
         raise ConfigError(f"chunk_tokens = {chunk_tokens}: must be a positive multiple of logical_page_tokens = {t}")
-    if kv_bytes_per_token <= 0:
-        raise ConfigError(f"kv_bytes_per_token = {kv_bytes_per_token}: must be > 0")
+    require_real("", "kv_bytes_per_token", kv_bytes_per_token, 0.0, float(MAX_TOKENS), lo_open=True)
     chunk_logical = chunk_tokens // t
     max_logical = -(-max_context_tokens // chunk_tokens) * chunk_logical
-    per_logical = max(1, -(-int(t * kv_bytes_per_token) // page_bytes))
-    per_wave = chunks_per_wave or max(1, planes // (chunk_logical * per_logical))
+    per_logical = max(1, math.ceil(t * kv_bytes_per_token / page_bytes))  # the traced L's bound, never below it
+    if chunks_per_wave is None:
+        per_wave = max(1, planes // (chunk_logical * per_logical))
+    else:
+        per_wave = require_int("", "chunks_per_wave", chunks_per_wave, 1)
     return WorkingSetConfig(planes=planes, slots=slots, max_logical_pages=max_logical,
                             max_pages_per_logical=per_logical, chunk_logical_pages=chunk_logical,
                             chunks_per_wave=per_wave, measurements=measurements,
@@ -124,6 +138,12 @@ class WorkingSetKnobs:
     def make(cls, kv_bytes_per_token: float, *, group_size: int, offload_fraction: float = 0.0,
              logical_page_tokens: int = 16, pages_per_block: int = 512, shared_prefix_tokens: int = 0,
              replicas: int = 1) -> "WorkingSetKnobs":
+        """Validated knobs: finite bytes per token > 0, whole token counts (at most 2^30), replicas >= 1."""
+        owner = cls.__name__
+        require_real(owner, "kv_bytes_per_token", kv_bytes_per_token, 0.0, float(MAX_TOKENS), lo_open=True)
+        require_int(owner, "logical_page_tokens", logical_page_tokens, 1, MAX_TOKENS)
+        require_int(owner, "shared_prefix_tokens", shared_prefix_tokens, 0, MAX_TOKENS)
+        require_int(owner, "replicas", replicas, 1)
         return cls(placement=PlacementKnobs.make(group_size, 1, pages_per_block, offload_fraction),
                    kv_bytes_per_token=jnp.float32(kv_bytes_per_token),
                    tokens_per_logical_page=jnp.int32(logical_page_tokens),
@@ -139,6 +159,13 @@ class WorkingSetInputs:
 
     @classmethod
     def make(cls, context_tokens) -> "WorkingSetInputs":
+        """Validated inputs: a non-empty 1-D array of finite contexts > 0 tokens (rounded, at most 2^30)."""
+        ctx = np.asarray(context_tokens, np.float64)
+        require(ctx.ndim == 1 and ctx.size >= 1, cls.__name__, "context_tokens", ctx.shape,
+                "must be a non-empty 1-D array")
+        bad = ctx[~(np.isfinite(ctx) & (ctx > 0))]
+        require(bad.size == 0, cls.__name__, "context_tokens", bad[:1].tolist(),
+                "every context must be finite and > 0 tokens")
         return cls(context_tokens=jnp.asarray(np.clip(np.round(context_tokens), 1, 2**30), jnp.int32))
 
 
@@ -151,6 +178,16 @@ class WorkingSetState:
     group_load: jax.Array  # int32 [planes] physical pages of the active set per group (first n_groups used)
     arrivals: jax.Array  # int32 [] requests admitted so far
     truncated: jax.Array  # int32 [] requests whose context exceeded max_logical_pages
+
+
+def check_replicas(replicas: int, planes: int, group_size: int, config: WorkingSetConfig) -> None:
+    """Refuse more shared-prefix replicas than distinct plane groups or the static bound (the traced
+    code would otherwise use fewer copies than asked)."""
+    n_groups = max(planes // group_size, 1)
+    limit = min(n_groups, config.max_replicas)
+    require(1 <= replicas <= limit, "WorkingSetKnobs", "replicas", replicas,
+            f"must be in [1, {limit}]: at most one copy per plane group ({n_groups} groups of {group_size}) "
+            f"and config.max_replicas = {config.max_replicas}")
 
 
 def pages_per_logical(knobs: WorkingSetKnobs, config: WorkingSetConfig) -> jax.Array:
@@ -217,7 +254,7 @@ def _request_placement(knobs: WorkingSetKnobs, config: WorkingSetConfig) -> Plac
 def active_planes(words: tuple, state: WorkingSetState, knobs: WorkingSetKnobs, config: WorkingSetConfig):
     """Plane of every physical page the active set reads for one layer: (plane, valid) of [R, Lmax, Lp].
 
-    Placement is :func:`hbfjax.flash.collide.place_pages` (the one implementation) with each
+    Placement is :func:`hbfjax.flash.reads.collide.place_pages` (the one implementation) with each
     request's words ``(*words, uid)`` and, for plane groups, the group chosen at its arrival.
     """
     lmax, lp = config.max_logical_pages, config.max_pages_per_logical
@@ -370,7 +407,8 @@ def measure(words: tuple, state: WorkingSetState, knobs: WorkingSetKnobs, config
         sram_bytes=offloaded * config.page_bytes,
         waves=waves,
         ideal_waves=ideal,
-        amplification=waves / jnp.maximum(ideal, 1),
+        # no page read from planes (all served from SRAM): no waves, no amplification
+        amplification=jnp.where(ideal > 0, waves / jnp.maximum(ideal, 1), 1.0),
     )
 
 

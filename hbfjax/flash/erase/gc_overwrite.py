@@ -19,8 +19,9 @@ import jax.numpy as jnp
 
 from hbfjax import rng
 from hbfjax.salts import Salt
-from hbfjax.flash import formulation, gc
-from hbfjax.flash.gc import BlockConfig, BlockState, require
+from hbfjax.flash.erase import formulation, gc
+from hbfjax.flash.erase.gc import BlockConfig, BlockState, require
+from hbfjax.validate import INT32_MAX
 
 WORKLOADS = ("uniform", "hotcold")
 
@@ -52,6 +53,12 @@ class OverwriteConfig:
         require(self.warmup_chunks >= 0, c, "warmup_chunks", self.warmup_chunks, "must be >= 0")
         require(self.measure_chunks >= 1, c, "measure_chunks", self.measure_chunks, "must be >= 1")
         require(self.gc_rounds >= 1, c, "gc_rounds", self.gc_rounds, "must be >= 1")
+        per_chunk = self.chunk_pages + self.gc_rounds * self.blocks.victims_per_gc * self.blocks.pages_per_block
+        chunks = self.warmup_chunks + self.measure_chunks
+        require(chunks * per_chunk <= INT32_MAX, c, "measure_chunks", self.measure_chunks,
+                f"(warmup_chunks {self.warmup_chunks} + measure_chunks) × {per_chunk} page programs per chunk at "
+                f"most (chunk_pages + gc_rounds × victims_per_gc × pages_per_block) must be <= {INT32_MAX}, so "
+                "every int32 page counter fits")
 
     @property
     def reserve_pages_min(self) -> int:
@@ -91,6 +98,15 @@ class OverwriteKnobs:
                 f"must be in [1, config.logical_pages = {config.logical_pages}]")
         for name, v in (("hot_fraction", hot_fraction), ("hot_write_fraction", hot_write_fraction)):
             require(0.0 < v < 1.0, "OverwriteKnobs", name, v, "must be in (0, 1)")
+        require(slack >= 0, "OverwriteKnobs", "slack_pages", slack, "must be >= 0")
+        # The host writes a chunk only once GC has refilled the free pool to reserve + slack pages of
+        # whole free blocks; at best the valid pages fill ceil(L / K) blocks (the open block among them).
+        k = config.blocks.pages_per_block
+        room = (config.blocks.n_blocks - math.ceil(lp / k)) * k
+        require(room >= reserve + slack, "OverwriteKnobs", "logical_pages", lp,
+                f"leaves at best {room} pages in whole free blocks ({config.blocks.n_blocks} blocks − ceil(L / {k}) "
+                f"holding valid pages); the host writes only when reserve {reserve} + slack {slack} pages are "
+                f"free, so it needs at least {reserve + slack} (a larger spare factor)")
         f32 = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
         return cls(gc_trigger_used=f32(1 - (reserve + slack) / phys), gc_target_used=f32(1 - (reserve + slack) / phys),
                    hot_fraction=f32(hot_fraction), hot_write_fraction=f32(hot_write_fraction),

@@ -1,6 +1,6 @@
 """A plain NumPy/Python reference of the writeback rollout: one stream, loops (DESIGN.md §8 rung 3).
 
-The correctness oracle of ``hbfjax.flash.writeback`` on the same inputs (reads touching all or none
+The correctness oracle of ``hbfjax.flash.programs.writeback`` on the same inputs (reads touching all or none
 of the plane slots, no explicit masks, no phase jitter) and the speed baseline of ``make bench``.
 """
 
@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from hbfjax.flash import writeback as wb
+from hbfjax.flash.programs import writeback as wb
 
 
 def _program(busy, cursor, n, t, t_prog, per_slot):

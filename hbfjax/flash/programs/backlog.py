@@ -22,7 +22,14 @@ import numpy as np
 
 from hbfjax import rng
 from hbfjax.salts import Salt
-from hbfjax.validate import ConfigError
+from hbfjax.validate import INT32_MAX, ConfigError, require, require_int, require_real
+
+MAX_TABLE = 2**20  # Poisson table entries (one f32 CDF per stream)
+MAX_PAGES_PER_ITER = 1e6  # λ whose table (λ + 12√λ + 20) stays within MAX_TABLE
+MAX_WINDOW_PAGES = 2**24  # w is a float32 knob: integers are exact up to 2^24
+# exact_stationary iterates a lattice of M states convolved with a K-entry law until it settles,
+# about λ / (w − λ)² sweeps per decade of accuracy: its work M · K · sweeps is bounded by this.
+MAX_EXACT_WORK = 2e10
 
 
 
@@ -38,8 +45,10 @@ class BacklogConfig:
         if not 0 <= self.warmup_iterations < self.iterations:
             raise ConfigError(f"BacklogConfig.warmup_iterations = {self.warmup_iterations!r}: must lie in "
                              f"[0, iterations = {self.iterations})")
-        if not isinstance(self.max_arrivals, int) or self.max_arrivals < 1:
-            raise ConfigError(f"BacklogConfig.max_arrivals = {self.max_arrivals!r}: must be an int >= 1")
+        require_int("BacklogConfig", "max_arrivals", self.max_arrivals, 1, MAX_TABLE)
+        require(self.iterations * self.max_arrivals <= INT32_MAX, "BacklogConfig", "iterations", self.iterations,
+                f"iterations × max_arrivals ({self.max_arrivals}) must be <= {INT32_MAX}: the int32 backlog "
+                "grows by at most max_arrivals pages per iteration")
 
 
 @jax.tree_util.register_dataclass
@@ -50,6 +59,9 @@ class BacklogKnobs:
 
     @classmethod
     def make(cls, pages_per_iter, window_pages) -> "BacklogKnobs":
+        """Validated knobs: λ finite in [0, 1e6], w a whole number of pages in [1, 2^24]."""
+        require_real(cls.__name__, "pages_per_iter", pages_per_iter, 0.0, MAX_PAGES_PER_ITER)
+        require_int(cls.__name__, "window_pages", window_pages, 1, MAX_WINDOW_PAGES)
         return cls(jnp.asarray(pages_per_iter, jnp.float32), jnp.asarray(window_pages, jnp.float32))
 
 
@@ -100,6 +112,27 @@ def simulate(stream_id, seed, knobs: BacklogKnobs, inputs: None, config: Backlog
                          p_backlog_positive=jnp.mean((b > 0).astype(jnp.float32)), max_backlog_pages=jnp.max(b))
 
 
+def _lattice_size(lam: float, w: int) -> int:
+    # geometric tail: the lattice is large enough that the decay rate leaves < 1e-15 mass beyond it
+    return int(200 + 60 * w / max(1 - lam / w, 1e-3))
+
+
+def exact_work(lam: float, w: int) -> float:
+    """Estimated multiply-adds of :func:`exact_stationary`: lattice × table × sweeps, with
+    sweeps ≈ 30 · (1 + λ / (w − λ)²) (the relaxation time of the queue, 13 decades of accuracy)."""
+    K = poisson_table_size(lam) + 1
+    return _lattice_size(lam, w) * K * 30.0 * (1.0 + lam / (w - lam) ** 2)
+
+
+def check_exact_cost(lam: float, w: int) -> None:
+    """Refuse a λ/w whose exact stationary law would take more than ``MAX_EXACT_WORK`` operations."""
+    work = exact_work(lam, w)
+    require(work <= MAX_EXACT_WORK, "", "pages_per_iter", lam,
+            f"the exact stationary backlog at w = {w} needs about {work:.2g} operations (lattice "
+            f"{_lattice_size(lam, w)} × table {poisson_table_size(lam) + 1} × sweeps ≈ 30 (1 + λ / (w − λ)²)), "
+            f"more than the {MAX_EXACT_WORK:.0e} allowed (minutes): choose λ farther below w or a smaller w")
+
+
 def exact_stationary(lam: float, w: int, tol: float = 1e-13, max_sweeps: int = 200_000) -> dict:
     """Exact stationary law of B' = max(0, B + N − w), N ~ Poisson(lam), lam < w, by iterating the
     distribution on a truncated lattice (float64) until the L1 change is below ``tol``.
@@ -111,9 +144,8 @@ def exact_stationary(lam: float, w: int, tol: float = 1e-13, max_sweeps: int = 2
     k = np.arange(K)
     pmf = np.exp(k * math.log(max(lam, 1e-300)) - lam - np.array([math.lgamma(x + 1) for x in k]))
     pmf /= pmf.sum()
-    rho = lam / w
-    # geometric tail: the lattice is large enough that the decay rate leaves < 1e-15 mass beyond it
-    M = int(200 + 60 * w / max(1 - rho, 1e-3))
+    check_exact_cost(lam, w)
+    M = _lattice_size(lam, w)
     pi = np.zeros(M)
     pi[0] = 1.0
     for _ in range(max_sweeps):
@@ -127,6 +159,9 @@ def exact_stationary(lam: float, w: int, tol: float = 1e-13, max_sweeps: int = 2
         pi = new
         if change < tol:
             break
+    else:
+        raise ConfigError(f"pages_per_iter = {lam!r}: the exact stationary backlog at w = {w} did not settle "
+                          f"within {max_sweeps} sweeps (L1 change {change:.2g} > {tol:g})")
     idx = np.arange(M)
     return {"mean_backlog_pages": float((idx * pi).sum()), "p_backlog_positive": float(1.0 - pi[0]),
             "truncation": M}

@@ -17,23 +17,31 @@ chunk) at the end of its ``kv_point`` segment. A policy decides when it is progr
   overlapping attention (DASH §V-B "Direct Prefill Write"); decode KV stays in HBM.
 
 The stall is never assumed: it is the wait of each read for the programs on its planes
-(:mod:`hbfjax.flash.interference`), so forced writebacks and overrunning programs cost exactly what
+(:mod:`hbfjax.flash.programs.interference`), so forced writebacks and overrunning programs cost exactly what
 the plane timeline says. One stream: ``simulate`` for :func:`hbfjax.batch.run`.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from hbfjax import rng
 from hbfjax.salts import Salt
-from hbfjax.flash.interference import program_pages, read_wait_us, touched_slots
-from hbfjax.flash.timeline import Timeline, apply_prefetch, window_after
-from hbfjax.validate import ConfigError
+from hbfjax.flash.programs.interference import program_pages, read_wait_us, touched_slots
+from hbfjax.flash.programs.timeline import Timeline, apply_prefetch, window_after
+from hbfjax.validate import INT32_MAX, ConfigError, require, require_int, require_real
+
+# Bounds that keep every float32 time finite and every int32 count provably below 2^31
+MAX_US = 1e9  # one segment or tPROG: 1,000 s
+MAX_LAYERS = 2**16
+MAX_COUNT = 2.0**30  # requests, tokens, bytes per token, stripe pages, MB
+MAX_ITERATIONS = 2**24
 
 POLICIES = ("immediate", "stripe", "window", "dash-hbm", "dash-prefill-direct")
 
@@ -87,6 +95,18 @@ class FlashKnobs:
     @classmethod
     def make(cls, t_prog_us=75.0, page_bytes=4096, planes_per_slot=1.0, stripe_pages=32, buffer_capacity_pages=1e6,
              buffer_base_pages=0.0, wave_pages=4096, link_bw_gbps=1600.0, prefetch=1.0) -> "FlashKnobs":
+        """Validated flash knobs: stripes and waves are whole pages >= 1, times and rates finite and > 0,
+        the pre-filled buffer lies in [0, capacity], prefetch is 0 or 1."""
+        c = cls.__name__
+        require_real(c, "t_prog_us", t_prog_us, 0.0, MAX_US, lo_open=True)
+        require_int(c, "page_bytes", page_bytes, 1)
+        require_real(c, "planes_per_slot", planes_per_slot, 0.0, lo_open=True)
+        require_int(c, "stripe_pages", stripe_pages, 1, int(MAX_COUNT))
+        require_real(c, "buffer_capacity_pages", buffer_capacity_pages, 0.0, INT32_MAX)
+        require_real(c, "buffer_base_pages", buffer_base_pages, 0.0, float(buffer_capacity_pages))
+        require_int(c, "wave_pages", wave_pages, 1)
+        require_real(c, "link_bw_gbps", link_bw_gbps, 0.0, lo_open=True)
+        require(prefetch in (0, 1), c, "prefetch", prefetch, "must be 0 or 1")
         f = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
         return cls(t_prog_us=f(t_prog_us), page_bytes=f(page_bytes), planes_per_slot=f(planes_per_slot),
                    stripe_pages=f(stripe_pages), buffer_capacity_pages=f(buffer_capacity_pages),
@@ -105,6 +125,10 @@ class WorkloadKnobs:
 
     @classmethod
     def make(cls, decode_requests=64, prefill_chunk_tokens=0, prefill_prob=0.0) -> "WorkloadKnobs":
+        """Validated workload knobs: finite counts >= 0 (at most 2^30) and a probability in [0, 1]."""
+        require_real(cls.__name__, "decode_requests", decode_requests, 0.0, MAX_COUNT)
+        require_real(cls.__name__, "prefill_chunk_tokens", prefill_chunk_tokens, 0.0, MAX_COUNT)
+        require_real(cls.__name__, "prefill_prob", prefill_prob, 0.0, 1.0)
         f = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
         return cls(decode_requests=f(decode_requests), prefill_chunk_tokens=f(prefill_chunk_tokens),
                    prefill_prob=f(prefill_prob))
@@ -141,6 +165,28 @@ class IterationStats:
     forced_writebacks: jax.Array  # i32[] forced writebacks (window) or writeback waves (dash-hbm)
     buffer_end_pages: jax.Array  # f32[] buffer at the iteration end (above base)
     buffer_peak_pages: jax.Array  # f32[] buffer peak during the iteration (above base)
+
+
+def max_pages_per_iteration(knobs: WritebackKnobs, layers: int) -> float:
+    """An upper bound on the page programs of one iteration, any policy: every layer's decode KV as
+    whole pages per request (immediate) plus its whole prefill chunk and one page wave (dash-hbm),
+    plus a full buffer drained at once (window)."""
+    fk, wl = knobs.flash, knobs.workload
+    page = float(fk.page_bytes)
+    kvb = float(np.max(np.asarray(knobs.timeline.kv_bytes_per_token)))
+    per_layer = (float(wl.decode_requests) * (math.ceil(kvb / page) + kvb / page)
+                 + math.ceil(float(wl.prefill_chunk_tokens) * kvb / page) + float(fk.wave_pages) + 1.0)
+    return layers * per_layer + float(fk.buffer_capacity_pages) + float(fk.stripe_pages)
+
+
+def check_int32_counts(knobs: WritebackKnobs, config: WritebackConfig) -> None:
+    """Refuse knobs whose per-iteration page programs or per-stream counts could pass 2^31 (int32)."""
+    bound = max_pages_per_iteration(knobs, config.layers)
+    require(bound <= INT32_MAX, "WritebackKnobs", "workload", f"{bound:.4g} pages per iteration at most",
+            "layers × (decode_requests × (ceil(kv / page) + kv / page) + ceil(prefill_chunk × kv / page) + "
+            f"wave_pages + 1) + buffer_capacity_pages + stripe_pages must be <= {INT32_MAX} (int32 page counts)")
+    require(config.layers * config.iterations <= INT32_MAX, "WritebackConfig", "iterations", config.iterations,
+            f"layers ({config.layers}) × iterations must be <= {INT32_MAX} (int32 forced-writeback counts)")
 
 
 def init_state(config: WritebackConfig) -> WritebackState:

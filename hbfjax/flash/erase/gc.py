@@ -25,8 +25,8 @@ import jax.numpy as jnp
 from hbfjax import rng
 from hbfjax.salts import Salt
 from hbfjax.validate import ConfigError, require
-from hbfjax.flash import formulation
-from hbfjax.flash.formulation import INT_MAX, after_read, smallest
+from hbfjax.flash.erase import formulation
+from hbfjax.flash.erase.formulation import INT_MAX, after_read, smallest
 
 VICTIMS = ("greedy", "fifo", "random")
 FREE, OPEN, CLOSED = 0, 1, 2  # block status

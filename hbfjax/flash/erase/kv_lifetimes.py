@@ -4,11 +4,12 @@ Time advances in ticks (one serving iteration). ``slots`` requests are live at m
 request programs up to ``pages_per_tick`` pages per tick (its KV for every layer) until it has
 written all its pages, keeps them until its end tick, and then every one of its pages goes stale
 at once. Requests come from a lifetime distribution (closed loop: an ended request is replaced at
-once) or from a trace (open loop: admitted at their arrival tick). HBFlex eviction ends the oldest
-requests when valid data exceed ``evict_used`` of the device; GC triggers at ``gc_trigger_used``
+once) or from a trace (open loop: admitted at their arrival tick). An eviction policy given in the
+config (HBFlex: the oldest requests, ``hbfjax.workload.eviction``) ends requests when valid data exceed
+``evict_used`` of the device; GC triggers at ``gc_trigger_used``
 (deferred reclamation = the gap between the two, HBFlex §5.4).
 
-Allocation classes (see ``hbfjax.flash.gc``): interleaved (one class, requests share blocks in
+Allocation classes (see ``hbfjax.flash.erase.gc``): interleaved (one class, requests share blocks in
 arrival order), isolated (one class per slot; a request's last block is closed when it ends),
 lifetime (one class per label; label = root request's start tick // label interval, inherited by
 descendants and by GC-moved pages; when a label's block is full and no free block may be opened,
@@ -22,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -30,8 +31,9 @@ import numpy as np
 
 from hbfjax import rng
 from hbfjax.salts import Salt
-from hbfjax.flash import gc
-from hbfjax.flash.gc import BlockConfig, BlockState, require
+from hbfjax.flash.erase import gc
+from hbfjax.flash.erase.gc import BlockConfig, BlockState, require
+from hbfjax.validate import INT32_MAX, require_real
 
 ALLOCATIONS = ("interleaved", "isolated", "lifetime")
 GC_HEADROOM_BLOCKS = 2  # free blocks a GC round with several classes needs to take a victim (gc.reclaim)
@@ -58,6 +60,9 @@ class KvConfig:
     warmup_ticks: int = 200
     measure_ticks: int = 400
     formulation: str = "auto"  # GC array primitives (BlockConfig.formulation)
+    # which live requests end when valid pages exceed evict_used (a serving policy, e.g.
+    # hbfjax.workload.eviction.oldest_first); None: never evict (the host waits for requests to end)
+    evict: Callable | None = None
 
     def __post_init__(self) -> None:
         c = type(self).__name__
@@ -68,6 +73,12 @@ class KvConfig:
         require(self.weight_pages >= 0, c, "weight_pages", self.weight_pages, "must be >= 0")
         require(self.warmup_ticks >= 0, c, "warmup_ticks", self.warmup_ticks, "must be >= 0")
         self.blocks  # validates the block geometry
+        per_tick = self.tick_pages + self.gc_rounds * self.victims_per_gc * self.pages_per_block
+        ticks = self.warmup_ticks + self.measure_ticks
+        require(ticks * per_tick + self.weight_pages <= INT32_MAX, c, "measure_ticks", self.measure_ticks,
+                f"(warmup_ticks {self.warmup_ticks} + measure_ticks) × {per_tick} page programs per tick at most "
+                f"(slots × pages_per_tick + gc_rounds × victims_per_gc × pages_per_block) must be <= {INT32_MAX}, "
+                "so every int32 page counter and tick fits")
         require(self.weight_pages * (1 if self.separate_weights else 2) < self.valid_pages_max, c, "n_blocks", self.n_blocks,
                 f"{self.n_blocks} × {self.pages_per_block} pages cannot hold {self.weight_pages} weight pages "
                 f"plus the GC reserve of {self.reserve_blocks} blocks and a partial block per class")
@@ -131,6 +142,14 @@ class KvKnobs:
 
         GC trigger/target are capped so the free pool never drops below the tick reserve.
         """
+        owner = cls.__name__
+        require_real(owner, "mean_lifetime_ticks", mean_lifetime_ticks, 0.0, float(2**30), lo_open=True)
+        require_real(owner, "lifetime_sigma", lifetime_sigma, 0.0, 10.0)
+        require_real(owner, "label_ticks", label_ticks, 0.0, float(2**30), lo_open=True)
+        require_real(owner, "evict_used", evict_used, 0.0, 1.0, lo_open=True)
+        require_real(owner, "gc_trigger_used", gc_trigger_used, 0.0, 1.0, lo_open=True)
+        if gc_target_used is not None:
+            require_real(owner, "gc_target_used", gc_target_used, 0.0, 1.0)
         phys = config.blocks.physical_pages
         cap = 1.0 - (config.reserve_blocks + 1) * config.pages_per_block / phys
         trig = min(gc_trigger_used, cap)
@@ -223,18 +242,16 @@ def draw_lifetime(words: tuple, serial, knobs: KvKnobs, kind: str) -> jax.Array:
 
 
 def _evict(state: KvState, ending, knobs: KvKnobs, config: KvConfig):
-    """bool[S]: oldest live requests to end so valid pages fall to ``evict_used`` of physical (HBFlex §5.4)."""
-    s = config.slots
+    """bool[S]: live requests the config's eviction policy ends so valid pages fall to ``evict_used`` of
+    physical (HBFlex §5.4); none without a policy."""
     keep = state.live & ~ending
+    if config.evict is None:
+        return jnp.zeros_like(keep)
     weights = jnp.int32(config.weight_pages)
     limit = jnp.minimum(jnp.floor(knobs.evict_used * config.blocks.physical_pages).astype(jnp.int32),
                         config.valid_pages_max)
     excess = weights + jnp.where(keep, state.held, 0).sum() - limit
-    order = jnp.argsort(jnp.where(keep, state.start_tick, jnp.iinfo(jnp.int32).max), stable=True)
-    held_sorted = jnp.where(keep, state.held, 0)[order]
-    before = jnp.cumsum(held_sorted) - held_sorted
-    ev_sorted = keep[order] & (before < excess)
-    return jnp.zeros(s, bool).at[order].set(ev_sorted)
+    return config.evict(keep, state.held, state.start_tick, excess)
 
 
 def _admit(words: tuple, state: KvState, free_slot, inputs: KvInputs, knobs: KvKnobs, config: KvConfig):

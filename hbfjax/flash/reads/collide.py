@@ -16,7 +16,7 @@ hash of ``hbfjax.rng`` — no per-page table is stored (DESIGN.md §4):
 
 Runtime balancing (HBFlex §5.2): hot-plane offload serves the excess pages of the top fraction f of
 planes from base-die SRAM (``offload_hot_planes``); shared-prefix replicas and placement-aware chunk
-scheduling live in ``hbfjax.flash.workingset``. G, f, L and the page count are traced knobs, so one
+scheduling live in ``hbfjax.flash.reads.workingset``. G, f, L and the page count are traced knobs, so one
 compilation covers a sweep over them.
 """
 
@@ -31,9 +31,13 @@ import jax.numpy as jnp
 
 from hbfjax import rng
 from hbfjax.salts import Salt
-from hbfjax.validate import ConfigError
+from hbfjax.validate import ConfigError, require, require_int, require_real
 
 PLACEMENTS = ("random", "isolated", "plane-group")
+# Static bounds that keep every per-stream array and int32 count small enough: a plane id, a page
+# index and a page count stay far below 2^31, and one stream's read fits in memory.
+MAX_PLANES = 2**24
+MAX_READ_PAGES = 2**24
 
 
 
@@ -49,6 +53,15 @@ class PlacementKnobs:
 
     @classmethod
     def make(cls, group_size=1, pages_per_logical=1, pages_per_block=512, offload_fraction=0.0) -> "PlacementKnobs":
+        """Validated placement knobs: G, L and pages per block are whole counts >= 1, f lies in [0, 1).
+
+        The ``jnp.maximum(·, 1)`` guards in the traced code only keep a swept knob point from dividing
+        by zero; a bad value is refused here, never replaced."""
+        owner = cls.__name__
+        for name, v in (("group_size", group_size), ("pages_per_logical", pages_per_logical),
+                        ("pages_per_block", pages_per_block)):
+            require_int(owner, name, v, 1)
+        require_real(owner, "offload_fraction", offload_fraction, 0.0, 1.0, hi_open=True)
         return cls(group_size=jnp.asarray(group_size, jnp.int32),
                    pages_per_logical=jnp.asarray(pages_per_logical, jnp.int32),
                    pages_per_block=jnp.asarray(pages_per_block, jnp.int32),
@@ -62,6 +75,7 @@ def _validate_placement(placement: str) -> None:
 
 def check_group_size(planes: int, group_size: int) -> None:
     """Raise ConfigError unless G is a whole divisor of the planes (every plane in exactly one group)."""
+    require_int("", "group_size", group_size, 1)
     if not 1 <= group_size <= planes or planes % group_size:
         raise ConfigError(f"group_size = {group_size}: plane groups must divide the {planes} planes evenly "
                         f"(1 <= G <= {planes}, {planes} % G == 0)")
@@ -203,9 +217,12 @@ class ReadConfig:
 
     def __post_init__(self):
         _validate_placement(self.placement)
-        for name in ("planes", "max_pages", "page_bytes"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"ReadConfig.{name} = {getattr(self, name)}: must be >= 1")
+        require_int("ReadConfig", "planes", self.planes, 1, MAX_PLANES)
+        require_int("ReadConfig", "max_pages", self.max_pages, 1, MAX_READ_PAGES)
+        require_int("ReadConfig", "page_bytes", self.page_bytes, 1)
+        for name in ("t_read_us", "read_bw_gbps"):
+            require_real("ReadConfig", name, getattr(self, name), 0.0, lo_open=True)
+        require(isinstance(self.offload, bool), "ReadConfig", "offload", self.offload, "must be a bool")
 
 
 @jax.tree_util.register_dataclass
@@ -230,7 +247,9 @@ class ReadOutput(NamedTuple):
 def simulate(stream_id: jax.Array, seed: jax.Array, knobs: ReadKnobs, inputs: None, config: ReadConfig) -> ReadOutput:
     """One read of ``knobs.pages`` pages of one request on ``config.planes`` planes (HBFlex Fig. 6/7a).
 
-    The read consumes no inputs (``inputs`` is None).
+    The read consumes no inputs (``inputs`` is None). The ideal counts only the pages read from planes
+    (pages − offloaded), so waves ≥ ideal_waves and amplification ≥ 1 always; a read whose every page
+    is served from SRAM has 0 waves, 0 ideal waves and amplification 1.
     """
     page = jnp.arange(config.max_pages, dtype=jnp.int32)
     valid = page < knobs.pages
@@ -241,13 +260,14 @@ def simulate(stream_id: jax.Array, seed: jax.Array, knobs: ReadKnobs, inputs: No
     else:
         served, offloaded = loads, jnp.int32(0)
     waves = max_load(served)
-    ideal = ideal_waves(knobs.pages, config.planes)
+    ideal = ideal_waves(knobs.pages - offloaded, config.planes)
     mean_load = knobs.pages.astype(jnp.float32) / config.planes
     return ReadOutput(
         waves=waves,
         raw_waves=max_load(loads),
         ideal_waves=ideal,
-        amplification=waves.astype(jnp.float32) / jnp.maximum(ideal, 1).astype(jnp.float32),
+        amplification=jnp.where(ideal > 0, waves.astype(jnp.float32) / jnp.maximum(ideal, 1).astype(jnp.float32),
+                                1.0),
         max_to_avg_load=waves.astype(jnp.float32) / jnp.maximum(mean_load, 1e-9),
         offloaded_pages=offloaded,
         read_time_us=read_time_us(waves, knobs.pages, config.page_bytes, config.t_read_us, config.read_bw_gbps),

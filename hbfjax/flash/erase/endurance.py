@@ -6,6 +6,8 @@ Units: bytes, seconds, days; years are 365.25 days; TB = 1e12 B (as the papers).
 
 from __future__ import annotations
 
+import math
+
 from hbfjax.validate import ConfigError
 
 SECONDS_PER_YEAR = 365.25 * 86400.0
@@ -14,8 +16,8 @@ DAYS_PER_YEAR = 365.25
 
 def _positive(**values) -> None:
     for name, v in values.items():
-        if not v > 0:
-            raise ConfigError(f"{name} = {v!r}: must be > 0")
+        if not (v > 0 and math.isfinite(v)):
+            raise ConfigError(f"{name} = {v!r}: must be finite and > 0")
 
 
 def dash_lifetime(kv_capacity_bytes: float, pe_cycles: float, waf: float, write_bytes_per_s: float,

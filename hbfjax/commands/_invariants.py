@@ -1,0 +1,72 @@
+"""Invariants every printed result satisfies; ``_common.emit`` refuses to print a result that breaks one.
+
+A broken invariant means a run measured something meaningless (an int32 count that wrapped, a float
+that overflowed, a ratio over zero samples): the CLI reports it as a ``ConfigError`` naming the
+result field, its value and the rule, exit status 2, and prints nothing. The rules:
+
+* every number is finite and >= 0 (no output of ``collide``, ``gc`` or ``writeback`` is signed);
+  ``None`` only where a key documents it (``NULLABLE``);
+* fractions and probabilities lie in [0, 1];
+* ``mean_waves >= ideal_waves`` and ``amplification >= 1`` (waves are never fewer than a perfectly
+  balanced read of the same plane pages);
+* ``waf >= 1``, measured from at least one host write (``host_writes >= 1``).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+from hbfjax.validate import ConfigError
+
+# keys that may be None: the exact backlog when λ >= w (no stationary law), no trace file
+NULLABLE = frozenset({"exact_mean_backlog_pages", "exact_p_backlog_positive", "trace"})
+FRACTIONS = frozenset({"hot_plane_fraction", "offload_fraction", "p_backlog_positive", "exact_p_backlog_positive",
+                       "buffer_overflow_fraction", "effective_spare_factor",
+                       "u_utilization"})
+
+
+def _fail(key: str, value, rule: str):
+    raise ConfigError(f"result.{key} = {value!r}: {rule}; the run's output is not meaningful, so nothing is "
+                      "printed (an input outside what the model covers)")
+
+
+def _numbers(result: dict, prefix: str = ""):
+    for key, value in result.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            yield from _numbers(value, f"{name}.")
+        elif isinstance(value, (list, tuple)):
+            for i, v in enumerate(value):
+                yield f"{name}[{i}]", v
+        else:
+            yield name, value
+
+
+def check_result(result: dict) -> None:
+    """Raise ``ConfigError`` naming the first field of ``result`` that breaks an invariant."""
+    for name, value in _numbers(result):
+        leaf = name.rsplit(".", 1)[-1]
+        if value is None:
+            if leaf not in NULLABLE:
+                _fail(name, value, "must be a number")
+            continue
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            continue
+        v = float(value)
+        if not math.isfinite(v):
+            _fail(name, value, "must be finite")
+        if v < 0:
+            _fail(name, value, "must be >= 0 (a count, time, size or ratio)")
+        if leaf in FRACTIONS and v > 1:
+            _fail(name, value, "a fraction must lie in [0, 1]")
+    get = result.get
+    if get("mean_waves") is not None and get("ideal_waves") is not None and get("mean_waves") < get("ideal_waves"):
+        _fail("mean_waves", get("mean_waves"), f"must be >= ideal_waves = {get('ideal_waves')}")
+    if get("amplification") is not None and get("amplification") < 1:
+        _fail("amplification", get("amplification"), "must be >= 1")
+    if "waf" in result:
+        if not get("host_writes", 0) >= 1:
+            _fail("waf", get("waf"), f"needs at least one measured host write (host_writes = {get('host_writes')})")
+        if get("waf") < 1:
+            _fail("waf", get("waf"), "must be >= 1")

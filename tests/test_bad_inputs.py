@@ -1,0 +1,232 @@
+"""Every numeric option of collide, gc and writeback, fed bad and borderline values generated from the
+argparse parsers themselves: each gets a clean error (exit 2, one line on stderr naming the option, no
+traceback, nothing on stdout) or, where the value is legal, a result that satisfies the output
+invariants (hbfjax.commands._invariants)."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+
+import numpy as np
+import pytest
+
+from hbfjax import batch
+from hbfjax.cli import build_parser, main
+from hbfjax.commands._invariants import check_result
+from hbfjax.flash.programs import backlog as bl
+from hbfjax.validate import ConfigError
+
+COMMANDS = ("collide", "gc", "writeback")
+# tiny runs: two streams, a few planes, blocks and iterations
+BASE = {
+    "collide": ["--planes", "8", "--streams", "2", "--json"],
+    "gc": ["--blocks", "16", "--pages-per-block", "4", "--spare-factor", "0.4", "--streams", "2", "--json"],
+    "writeback": ["--layers", "2", "--iterations", "4", "--streams", "2", "--json"],
+}
+_ATTENTION = ["--workload", "attention", "--slots", "2", "--max-context-tokens", "64", "--chunk-tokens", "32",
+              "--measurements", "1", "--context-tokens-mean", "40"]
+_KV = ["--workload", "kv", "--blocks", "64", "--slots", "2", "--pages-per-tick", "1", "--ticks", "8"]
+# extra arguments that put an option in a mode where it applies (the base replaces what they repeat)
+CONTEXT = {
+    ("collide", "--group-size"): ["--placement", "plane-group"],
+    ("collide", "--pages-per-logical"): ["--placement", "plane-group"],
+    ("collide", "--pages-per-block"): ["--placement", "isolated"],
+    ("collide", "--replicas"): _ATTENTION + ["--shared-prefix-tokens", "16", "--placement", "plane-group",
+                                             "--group-size", "2"],
+    ("gc", "--hot-fraction"): ["--workload", "hotcold"],
+    ("gc", "--hot-write-fraction"): ["--workload", "hotcold"],
+    ("gc", "--lifetime-sigma"): _KV + ["--lifetime", "lognormal"],
+    ("writeback", "--hbm-budget-gb"): ["--preset", "dash"],
+}
+ATTENTION_OPTIONS = {"--context-tokens-mean", "--context-tokens-sigma", "--model-kv-bytes-per-token",
+                     "--logical-page-tokens", "--slots", "--max-context-tokens", "--chunk-tokens",
+                     "--chunks-per-wave", "--shared-prefix-tokens", "--measurements"}
+KV_OPTIONS = {"--gc-trigger-used", "--mean-lifetime-ticks", "--slots", "--pages-per-tick", "--ticks"}
+SYNTHETIC_OPTIONS = {"--pages-per-iter", "--window-pages"}
+
+
+def numeric_options(command: str):
+    """(flag, type) of every option of ``command`` whose type is a ``hbfjax.validate.number``."""
+    sub = next(a for a in build_parser()._actions if getattr(a, "choices", None) and command in a.choices)
+    parser = sub.choices[command]
+    return [(a.option_strings[0], a.type) for a in parser._actions if hasattr(a.type, "kind")]
+
+
+def context(command: str, flag: str) -> list[str]:
+    if (command, flag) in CONTEXT:
+        return CONTEXT[(command, flag)]
+    if command == "collide" and flag in ATTENTION_OPTIONS:
+        return _ATTENTION
+    if command == "gc" and flag in KV_OPTIONS:
+        return _KV
+    if command == "writeback" and flag in SYNTHETIC_OPTIONS:
+        return ["--synthetic", "--pages-per-iter", "1", "--window-pages", "2", "--iterations", "20", "--layers"]
+    return []
+
+
+def bad_values(kind, hi) -> list[str]:
+    values = ["0", "-1", "nan", "inf", "-inf", str(2**31), "1e12"]
+    if kind is int:
+        values.append("2.5")
+    if kind is float and hi is not None and hi <= 1:
+        values += ["1.5", "1"]
+    return values
+
+
+def _argv(command, flag, value):
+    extra = context(command, flag)
+    base = list(BASE[command])
+    if extra[-1:] == ["--layers"]:  # synthetic mode: no timeline options in the base
+        base, extra = ["--streams", "2", "--json"], extra[:-1]
+    if command == "collide" and "attention" not in extra:
+        extra = ["--pages", "8", *extra]
+    if command == "gc" and "kv" not in extra:
+        extra = ["--drive-writes", "0.5", "--warmup-drive-writes", "0", *extra]
+    return [command, *base, *extra, flag, value]
+
+
+CASES = [(c, f, v) for c in COMMANDS for f, t in numeric_options(c) for v in bad_values(t.kind, t.hi)]
+
+
+def _legal(kind_type, value: str) -> bool:
+    try:
+        kind_type(value)
+        return True
+    except Exception:  # argparse.ArgumentTypeError or ValueError
+        return False
+
+
+def test_every_numeric_option_is_introspected():
+    flags = {c: {f for f, _ in numeric_options(c)} for c in COMMANDS}
+    assert {"--planes", "--pages", "--group-size", "--offload-fraction", "--replicas", "--seed"} <= flags["collide"]
+    assert {"--blocks", "--spare-factor", "--drive-writes", "--mean-lifetime-ticks"} <= flags["gc"]
+    assert {"--decode-requests", "--t-prog-us", "--stripe-pages", "--warmup", "--window-pages"} <= flags["writeback"]
+    assert len(CASES) > 250
+
+
+@pytest.mark.parametrize("command,flag,value", CASES, ids=[f"{c}{f}={v}" for c, f, v in CASES])
+def test_bad_input_is_refused_cleanly_or_gives_a_valid_result(command, flag, value, capsys):
+    type_ = dict(numeric_options(command))[flag]
+    # rules independent of any option's range: no NaN or infinity, no fraction for a count, int32 counts
+    must_refuse = value in ("nan", "inf", "-inf") or (type_.kind is int and value == "2.5") or \
+        (type_.kind is int and value in (str(2**31), "1e12") and flag != "--seed") or \
+        (flag == "--seed" and value in ("-1", "1e12"))
+    if must_refuse:
+        assert not _legal(type_, value)
+    if not _legal(type_, value):
+        # refused at parse time: no simulation, so every such case is instant
+        rc = main(_argv(command, flag, value))
+        out, err = capsys.readouterr()
+        assert rc == 2 and out == ""
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and flag in lines[0] and "Traceback" not in err, err
+        return
+    rc = main(_argv(command, flag, value))
+    out, err = capsys.readouterr()
+    if rc == 2:  # a relation between options refused: still one line that names this option
+        assert out == "" and len(err.strip().splitlines()) == 1 and flag in err, err
+        return
+    assert rc in (0, 1), err  # 1: gc reports a free-pool overflow, still a printed result
+    result = json.loads(out)
+    check_result(result)  # finite, >= 0, fractions in [0, 1], waves >= ideal, amplification >= 1, WAF >= 1
+
+
+def test_count_of_generated_cases_that_get_a_clean_error():
+    refused = sum(not _legal(dict(numeric_options(c))[f], v) for c, f, v in CASES)
+    assert refused >= 0.75 * len(CASES)  # most bad values die in argparse, before any simulation
+
+
+# --- one pin per class of the issue -------------------------------------------------------------
+
+def _err(capsys, argv):
+    rc = main(argv)
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == "", (rc, out)
+    return err
+
+
+@pytest.mark.parametrize("argv,flag", [
+    (["collide", "--planes", "0"], "--planes"), (["collide", "--group-size", "0", "--placement", "plane-group"],
+                                                  "--group-size"),
+    (["collide", "--pages-per-logical", "-1", "--placement", "plane-group"], "--pages-per-logical"),
+    (["collide", "--pages-per-block", "0", "--placement", "isolated"], "--pages-per-block"),
+    (["collide", "--workload", "attention", "--chunks-per-wave", "0"], "--chunks-per-wave"),
+    (["collide", "--workload", "attention", "--shared-prefix-tokens", "16", "--replicas", "0"], "--replicas"),
+])
+def test_zero_or_negative_counts_are_refused_not_replaced(capsys, argv, flag):
+    assert f"{flag} = " in _err(capsys, argv)
+
+
+def test_offload_keeps_waves_at_or_above_the_ideal_of_plane_pages(capsys):
+    assert main(["collide", "--planes", "64", "--pages", "96", "--offload-fraction", "0.5", "--streams", "4",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["mean_waves"] >= out["ideal_waves"] and out["amplification"] >= 1
+    assert out["sram_served_pages"] > 0 and out["ideal_waves"] < out["ideal_waves_all_pages"]
+
+
+def test_gc_spare_factor_without_room_for_host_writes_is_refused_with_the_rule(capsys):
+    err = _err(capsys, ["gc", "--spare-factor", "0.013"])
+    assert "--spare-factor = 0.013" in err and "reserve 96 + slack 32" in err
+
+
+def test_invariants_refuse_meaningless_results():
+    good = {"mean_waves": 2.0, "ideal_waves": 1, "amplification": 2.0, "ci95_waves": 0.1, "hot_plane_fraction": 0.2}
+    check_result(good)
+    for bad, field in (({"mean_waves": 0.9}, "mean_waves"), ({"amplification": 0.98}, "amplification"),
+                       ({"ci95_waves": math.inf}, "ci95_waves"), ({"hot_plane_fraction": 1.5}, "hot_plane_fraction"),
+                       ({"ci95_waves": -1.0}, "ci95_waves"), ({"mean_waves": None}, "mean_waves")):
+        with pytest.raises(ConfigError, match=f"result.{field}"):
+            check_result({**good, **bad})
+    with pytest.raises(ConfigError, match="at least one measured host write"):
+        check_result({"waf": 62464.0, "host_writes": 0})
+    with pytest.raises(ConfigError, match="must be >= 0"):
+        check_result({"pages_programmed_per_iteration": -2.1e9})
+
+
+def test_writeback_counts_that_would_overflow_int32_are_refused(capsys):
+    err = _err(capsys, ["writeback", "--decode-requests", "1e8", "--iterations", "4", "--streams", "2"])
+    assert "--decode-requests = 100000000.0" in err and "int32" in err
+    err = _err(capsys, ["writeback", "--preset", "dash", "--hbm-budget-gb", "0.001", "--streams", "2"])
+    assert "--hbm-budget-gb = 0.001" in err and "buffer_base_pages" in err
+
+
+def test_seeds_are_uint32_words_and_never_wrap(capsys):
+    assert "--seed = 4294967296" in _err(capsys, ["collide", "--seed", str(2**32)])
+    with pytest.raises(ConfigError, match="seed"):
+        batch.run(bl.simulate, 2, 2**32, bl.BacklogKnobs.make(1.0, 2), bl.BacklogConfig(4, 0, 30))
+    a = batch.run(bl.simulate, 2, 2**32 - 1, bl.BacklogKnobs.make(1.0, 2), bl.BacklogConfig(40, 0, 30))
+    b = batch.run(bl.simulate, 2, 0, bl.BacklogKnobs.make(1.0, 2), bl.BacklogConfig(40, 0, 30))
+    assert not np.array_equal(a.mean_backlog_pages, b.mean_backlog_pages)
+
+
+@pytest.mark.parametrize("argv,flag,mode", [
+    (["collide", "--trace", "x.csv"], "--trace", "--workload read"),
+    (["writeback", "--synthetic", "--pages-per-iter", "1", "--window-pages", "2", "--policy", "stripe"], "--policy",
+     "--synthetic"),
+    (["gc", "--hot-fraction", "0.3"], "--hot-fraction", "--workload uniform"),
+    (["gc", "--mean-lifetime-ticks", "50"], "--mean-lifetime-ticks", "--workload uniform"),
+    (["writeback", "--preset", "dash", "--sram-mb", "3"], "--sram-mb", "--preset dash --policy dash-hbm"),
+    (["writeback", "--preset", "dash", "--stripe-pages", "8"], "--stripe-pages", "--preset dash"),
+])
+def test_options_the_mode_ignores_are_refused_naming_option_and_mode(capsys, argv, flag, mode):
+    err = _err(capsys, argv)
+    assert flag in err and mode in err and "no effect" in err
+
+
+def test_near_critical_backlog_is_refused_at_once_with_the_rule(capsys):
+    for lam, w in (("3.99", "4"), ("1e5", "200000")):
+        t0 = time.perf_counter()
+        err = _err(capsys, ["writeback", "--synthetic", "--pages-per-iter", lam, "--window-pages", w])
+        assert time.perf_counter() - t0 < 5 and "exact stationary backlog" in err and "operations" in err
+    assert bl.exact_work(3.0, 4) <= bl.MAX_EXACT_WORK < bl.exact_work(3.99, 4)
+
+
+def test_unexpected_exceptions_are_not_swallowed(monkeypatch):
+    from hbfjax.commands import collide
+
+    monkeypatch.setattr(collide, "_run_read", lambda *a: (_ for _ in ()).throw(ValueError("a bug")))
+    with pytest.raises(ValueError, match="a bug"):
+        main(["collide", "--planes", "8", "--pages", "8", "--streams", "2"])
