@@ -85,6 +85,7 @@ def run(fn: StreamFn, n_streams: int, seed: int, knobs, config, *, inputs=None, 
         chunk_streams: int | None = None, map_streams: int | None = None, progress: bool = False) -> Any:
     """Simulate ``n_streams`` streams and return the outputs as NumPy arrays with a leading stream axis.
 
+    ``inputs`` (a pytree, or None) is what ``fn`` consumes, the same for every stream and knob point.
     ``chunk_streams`` bounds device memory: streams are simulated in chunks of that size (the last
     chunk is padded so every chunk has the same shape and one compilation serves all). With
     ``progress`` a line per chunk goes to stderr. ``map_streams``: see :func:`compiled`.

@@ -3,7 +3,7 @@
 JAX's threefry generator costs more per draw than the work it feeds in the bulk placement loops
 (DESIGN.md §3), so bulk draws hash their coordinates instead: cheap, reproducible, and identical on
 any device layout. ``mix`` is MurmurHash3's 32-bit finaliser applied to a running combination of
-words; its uniformity is tested in ``tests/test_rng.py``. All arithmetic is uint32 (wraps mod 2^32).
+words; its uniformity is tested in ``tests/test_stats_rng.py``. All arithmetic is uint32 (wraps mod 2^32).
 """
 
 from __future__ import annotations

@@ -12,7 +12,6 @@ from hbfjax.commands._common import PRESET_NAMES, add_common_args, blame, emit, 
 from hbfjax.flash.programs import backlog as bl
 from hbfjax.workload import scenarios as sc
 from hbfjax.flash.programs import writeback as wb
-from hbfjax.hardware import preset
 from hbfjax.reports import fields
 from hbfjax.validate import ConfigError, number, require
 

@@ -7,7 +7,7 @@ Monte Carlo machinery and gives the buffer a window policy needs.
 
 Poisson draws use the inverse CDF on a counter-hash uniform (``hbfjax.rng``): ``max_arrivals`` (static)
 bounds the table; choose it so that P(N > max_arrivals) is negligible (``poisson_table_size``).
-Measured on the 2-core CPU: 1.1e7 draws/s against 1.0e6/s for ``jax.random.poisson``.
+It is an order of magnitude faster than ``jax.random.poisson`` on the CPU (BENCHMARKS.md).
 """
 
 from __future__ import annotations
