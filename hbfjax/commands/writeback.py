@@ -7,12 +7,12 @@ import dataclasses
 
 import numpy as np
 
-from hbfjax import batch, stats
+from hbfjax import batch
 from hbfjax.commands._common import PRESET_NAMES, add_common_args, blame, emit, require_applies
 from hbfjax.flash.programs import backlog as bl
 from hbfjax.workload import scenarios as sc
 from hbfjax.flash.programs import writeback as wb
-from hbfjax.reports import fields
+from hbfjax.reports import fields, mean_ci_fields
 from hbfjax.validate import ConfigError, number, require
 
 HELP = """\
@@ -95,10 +95,6 @@ def _warmup(args, iterations: int, default: int) -> int:
     return warm
 
 
-def _ci(out: dict, key: str):
-    return stats.mean_ci95(out[key])
-
-
 def run_synthetic(args) -> int:
     require_applies(args, "--synthetic", {dest: False for dest in TIMELINE_OPTIONS})
     if args.pages_per_iter is None or args.window_pages is None:
@@ -112,8 +108,9 @@ def run_synthetic(args) -> int:
             bl.check_exact_cost(lam, w)  # before the Monte Carlo, so a refused λ/w costs nothing
     out = fields(batch.run(bl.simulate, args.streams, args.seed, bl.BacklogKnobs.make(lam, w), cfg,
                            chunk_streams=args.chunk_streams))
-    m, ci = _ci(out, "mean_backlog_pages")
-    pp, pci = _ci(out, "p_backlog_positive")
+    s = mean_ci_fields(out, ("mean_backlog_pages", "p_backlog_positive"))
+    m, ci = s["mean_backlog_pages"], s["ci95_mean_backlog_pages"]
+    pp, pci = s["p_backlog_positive"], s["ci95_p_backlog_positive"]
     result = {"mode": "synthetic", "pages_per_iter": lam, "window_pages": w, "iterations": T, "warmup": warm,
               "streams": args.streams, "mean_backlog_pages": m, "ci95_mean_backlog_pages": ci,
               "p_backlog_positive": pp, "ci95_p_backlog_positive": pci,
@@ -206,9 +203,10 @@ def run(args) -> int:
     with blame(args, "decode_requests", "prefill_chunk", "kv_bytes_per_token", "layers", "iterations"):
         wb.check_int32_counts(knobs, cfg)
     out = fields(batch.run(wb.simulate, args.streams, args.seed, knobs, cfg, chunk_streams=args.chunk_streams))
-    stall, stall_ci = _ci(out, "stall_us_per_iteration")
-    busy, busy_ci = _ci(out, "program_busy_us_per_iteration")
-    it_us, it_ci = _ci(out, "iteration_us")
+    s = mean_ci_fields(out, ("stall_us_per_iteration", "program_busy_us_per_iteration", "iteration_us"))
+    stall, stall_ci = s["stall_us_per_iteration"], s["ci95_stall_us_per_iteration"]
+    busy, busy_ci = s["program_busy_us_per_iteration"], s["ci95_program_busy_us_per_iteration"]
+    it_us, it_ci = s["iteration_us"], s["ci95_iteration_us"]
     measured = T - warm
     result = {
         "policy": args.policy, "preset": args.preset, "iterations": T, "warmup": warm, "streams": args.streams,

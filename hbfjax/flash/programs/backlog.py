@@ -40,11 +40,11 @@ class BacklogConfig:
     max_arrivals: int  # Poisson table size: draws are capped here
 
     def __post_init__(self) -> None:
-        if not isinstance(self.iterations, int) or self.iterations < 1:
-            raise ConfigError(f"BacklogConfig.iterations = {self.iterations!r}: must be an int >= 1")
-        if not 0 <= self.warmup_iterations < self.iterations:
-            raise ConfigError(f"BacklogConfig.warmup_iterations = {self.warmup_iterations!r}: must lie in "
-                             f"[0, iterations = {self.iterations})")
+        c = type(self).__name__
+        require(isinstance(self.iterations, int), c, "iterations", self.iterations, "must be an int")
+        require_int(c, "iterations", self.iterations, 1)
+        require(0 <= self.warmup_iterations < self.iterations, c, "warmup_iterations", self.warmup_iterations,
+                f"must lie in [0, iterations = {self.iterations})")
         require_int("BacklogConfig", "max_arrivals", self.max_arrivals, 1, MAX_TABLE)
         require(self.iterations * self.max_arrivals <= INT32_MAX, "BacklogConfig", "iterations", self.iterations,
                 f"iterations × max_arrivals ({self.max_arrivals}) must be <= {INT32_MAX}: the int32 backlog "

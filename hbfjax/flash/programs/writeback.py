@@ -35,7 +35,7 @@ from hbfjax import rng
 from hbfjax.salts import Salt
 from hbfjax.flash.programs.interference import program_pages, read_wait_us, touched_slots
 from hbfjax.flash.programs.timeline import Timeline, apply_prefetch, window_after
-from hbfjax.validate import INT32_MAX, ConfigError, require, require_int, require_real
+from hbfjax.validate import INT32_MAX, ConfigError, require, require_choice, require_int, require_real
 
 # Bounds that keep every float32 time finite and every int32 count provably below 2^31
 MAX_US = 1e9  # one segment or tPROG: 1,000 s
@@ -58,15 +58,13 @@ class WritebackConfig:
     warmup_iterations: int = 0  # discarded before averaging
 
     def __post_init__(self) -> None:
-        if self.policy not in POLICIES:
-            raise ConfigError(f"WritebackConfig.policy = {self.policy!r}: choose one of {POLICIES}")
+        c = type(self).__name__
+        require_choice(c, "policy", self.policy, POLICIES)
         for name in ("layers", "segments", "plane_slots", "iterations"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < 1:
-                raise ConfigError(f"WritebackConfig.{name} = {v!r}: must be an int >= 1")
-        if not 0 <= self.warmup_iterations < self.iterations:
-            raise ConfigError(f"WritebackConfig.warmup_iterations = {self.warmup_iterations!r}: must lie in "
-                             f"[0, iterations = {self.iterations})")
+            require(isinstance(getattr(self, name), int), c, name, getattr(self, name), "must be an int")
+            require_int(c, name, getattr(self, name), 1)
+        require(0 <= self.warmup_iterations < self.iterations, c, "warmup_iterations", self.warmup_iterations,
+                f"must lie in [0, iterations = {self.iterations})")
 
     def check(self, knobs: "WritebackKnobs") -> None:
         """Raise if the knob arrays do not match this config's shapes."""

@@ -38,7 +38,7 @@ from hbfjax import rng
 from hbfjax.salts import Salt
 from hbfjax.flash.reads.collide import (PLACEMENTS, PlacementKnobs, group_count, max_load, offload_hot_planes,
                                   place_pages, plane_loads)
-from hbfjax.validate import ConfigError, require, require_int, require_real
+from hbfjax.validate import ConfigError, require, require_choice, require_int, require_real
 
 SCHEDULES = ("in-order", "placement-aware")
 MAX_TOKENS = 2**30  # token counts (contexts, prefixes, tiles) stay int32 after any sum of two
@@ -66,17 +66,14 @@ class WorkingSetConfig:
     page_bytes: int = 4096
 
     def __post_init__(self):
+        c = type(self).__name__
         for name in ("planes", "slots", "max_logical_pages", "max_pages_per_logical", "chunk_logical_pages",
                      "chunks_per_wave", "measurements", "events_per_measurement", "page_bytes"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"WorkingSetConfig.{name} = {getattr(self, name)}: must be >= 1")
-        if self.placement not in PLACEMENTS:
-            raise ConfigError(f"WorkingSetConfig.placement = {self.placement!r}: choose one of {PLACEMENTS}")
-        if self.schedule not in SCHEDULES:
-            raise ConfigError(f"WorkingSetConfig.schedule = {self.schedule!r}: choose one of {SCHEDULES}")
-        if self.max_logical_pages % self.chunk_logical_pages:
-            raise ConfigError(f"WorkingSetConfig.chunk_logical_pages = {self.chunk_logical_pages}: must divide "
-                             f"max_logical_pages = {self.max_logical_pages}")
+            require_int(c, name, getattr(self, name), 1)
+        require_choice(c, "placement", self.placement, PLACEMENTS)
+        require_choice(c, "schedule", self.schedule, SCHEDULES)
+        require(self.max_logical_pages % self.chunk_logical_pages == 0, c, "chunk_logical_pages",
+                self.chunk_logical_pages, f"must divide max_logical_pages = {self.max_logical_pages}")
         entries = self.slots * self.max_logical_pages * self.max_pages_per_logical
         require(entries <= MAX_PAGE_ENTRIES, "WorkingSetConfig", "slots", self.slots,
                 f"slots × max_logical_pages ({self.max_logical_pages}) × max_pages_per_logical "
