@@ -372,8 +372,8 @@ def _cited(source: str, *names: str) -> tuple[tuple[str, str], ...]:
     return tuple((n, source) for n in names)
 
 
-_GQA = ("layers", "hidden", "vocab", "heads", "kv_heads", "head_dim")
-_MLA = ("layers", "hidden", "vocab", "heads", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+_GQA = ("layers", "hidden", "vocab", "attention", "heads", "kv_heads", "head_dim")
+_MLA = ("layers", "hidden", "vocab", "attention", "heads", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
         "v_head_dim")
 _MOE = ("routed_experts", "shared_experts", "top_k", "router", "expert_ffn")
 
@@ -401,16 +401,154 @@ def _llama3(size: str) -> ModelSpec:
                 "70b": dict(layers=80, hidden=8192, heads=64, dense_ffn=28672, total_params_stated=70.6e9)}[size]
     src = f"huggingface.co/meta-llama/Meta-Llama-3-{size.upper()} config.json"
     return ModelSpec(name=f"llama3-{size}", vocab=128256, attention="gqa", kv_heads=8, head_dim=128, moe_layer_step=0,
-                     sources=_cited(src, *_GQA, "dense_ffn") + (("weight_bytes_per_param", f"{src}: bfloat16"),),
+                     sources=_cited(src, *_GQA, "dense_ffn") + (("weight_bytes_per_param", f"{src}: bfloat16"),
+                                                                ("moe_layer_step", f"{src}: a dense model (no experts)")),
                      **geometry)
+
+
+def _grok1() -> ModelSpec:
+    src = "github.com/xai-org/grok-1 README.md and run.py (LanguageModelConfig, TransformerConfig)"
+    return ModelSpec(
+        name="grok-1", layers=64, hidden=6144, vocab=131072, attention="gqa", heads=48, kv_heads=8, head_dim=128,
+        routed_experts=8, top_k=2, router="softmax", expert_ffn=32768, tied_embeddings=True,
+        weight_bytes_per_param=(("attention", INT8), ("experts", INT8), ("router", BF16)),
+        total_params_stated=314e9,
+        sources=_cited(src, *_GQA, *_MOE, "tied_embeddings") + (
+            ("expert_ffn", f"{src}: widening_factor 8 → int(8 × 6144) × 2 / 3 = 32768"),
+            ("weight_bytes_per_param", "DASH Table II: INT8-mixed; the published checkpoint stores its linear "
+                                       "layers as 8-bit weights (QuantizedWeight8bit), the embedding in bf16")),
+        estimated=(("weight_bytes_per_param", "which tensors are INT8 is read from the checkpoint format, not "
+                                              "stated by DASH; per-channel scales (< 0.1 %) not counted"),))
+
+
+def _llama4_maverick() -> ModelSpec:
+    src = "huggingface.co/meta-llama/Llama-4-Maverick-17B-128E-Instruct config.json (text_config)"
+    return ModelSpec(
+        name="llama4-maverick", layers=48, hidden=5120, vocab=202048, attention="gqa", heads=40, kv_heads=8,
+        head_dim=128, moe_layer_step=2, routed_experts=128, shared_experts=1, top_k=1, router="sigmoid",
+        expert_ffn=8192, shared_expert_ffn=8192, dense_ffn=16384, total_params_stated=400e9,
+        active_params_stated=17e9,
+        sources=_cited(src, *_GQA, *_MOE, "shared_expert_ffn") + (
+            ("moe_layer_step", f"{src}: interleave_moe_layer_step 2 (odd layers MoE)"),
+            ("dense_ffn", f"{src}: intermediate_size_mlp 16384"),
+            ("weight_bytes_per_param", "DASH Table II: BF16")))
+
+
+# The MLA geometry DeepSeek-V2 and -V3 share (both config.json files)
+_DEEPSEEK_MLA = dict(attention="mla", heads=128, q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128,
+                     qk_rope_head_dim=64, v_head_dim=128)
+
+
+def _deepseek_v3() -> ModelSpec:
+    src = "huggingface.co/deepseek-ai/DeepSeek-V3 config.json"
+    return ModelSpec(
+        name="deepseek-v3", layers=61, hidden=7168, vocab=129280, **_DEEPSEEK_MLA, first_dense_layers=3,
+        routed_experts=256, shared_experts=1, top_k=8, router="sigmoid-bias", expert_ffn=2048,
+        shared_expert_ffn=2048, dense_ffn=18432, mtp_layers=1,
+        weight_bytes_per_param=(("attention", FP8_BLOCK_SCALED), ("dense_ffn", FP8_BLOCK_SCALED),
+                                ("shared_experts", FP8_BLOCK_SCALED), ("experts", FP8_BLOCK_SCALED)),
+        total_params_stated=671e9, active_params_stated=37e9,
+        sources=_cited(src, *_MLA, *_MOE, "shared_expert_ffn") + (
+            ("first_dense_layers", f"{src}: first_k_dense_replace 3"), ("dense_ffn", f"{src}: intermediate_size"),
+            ("router", f"{src}: scoring_func sigmoid, topk_method noaux_tc (e_score_correction_bias)"),
+            ("mtp_layers", f"{src}: num_nextn_predict_layers 1 (layer 61 of the checkpoint)"),
+            ("weight_bytes_per_param", f"{src}: quantization_config fp8 e4m3, weight_block_size [128, 128]; "
+                                       "embedding, head, router and norms bf16; DASH Table II: FP8-mixed")))
+
+
+def _deepseek_v2() -> ModelSpec:
+    src = "huggingface.co/deepseek-ai/DeepSeek-V2 config.json"
+    return ModelSpec(
+        name="deepseek-v2", layers=60, hidden=5120, vocab=102400, **_DEEPSEEK_MLA, first_dense_layers=1,
+        routed_experts=160, shared_experts=2, top_k=6, router="softmax", expert_ffn=1536, shared_expert_ffn=1536,
+        dense_ffn=12288, total_params_stated=236e9, active_params_stated=21e9,
+        sources=_cited(src, *_MLA, *_MOE, "shared_expert_ffn") + (
+            ("first_dense_layers", f"{src}: first_k_dense_replace 1"), ("dense_ffn", f"{src}: intermediate_size"),
+            ("router", f"{src}: scoring_func softmax, topk_method group_limited_greedy (no expert bias)"),
+            ("weight_bytes_per_param", "DASH Table II: BF16")))
+
+
+def _deepseek_v4_pro() -> ModelSpec:
+    src = "huggingface.co/deepseek-ai/DeepSeek-V4-Pro config.json"
+    return ModelSpec(
+        name="deepseek-v4-pro", layers=61, hidden=7168, vocab=129280, attention="compressed", heads=128, kv_heads=1,
+        head_dim=512, q_lora_rank=1536, o_lora_rank=1024, o_groups=16, routed_experts=384, shared_experts=1,
+        top_k=6, router="sqrtsoftplus-bias", expert_ffn=3072, shared_expert_ffn=3072, mtp_layers=1,
+        weight_bytes_per_param=(("attention", INT8), ("shared_experts", INT8), ("experts", INT8), ("router", INT8),
+                                ("norms", INT8), ("embedding", INT8), ("lm_head", INT8)),
+        kv_bytes_per_element=FP8, kv_bytes_per_token_layer_override=5_000.0 / 61, kv_fraction_attended=0.125,
+        total_params_stated=1.6e12, active_params_stated=49e9,
+        sources=_cited(src, "layers", "hidden", "vocab", "heads", "kv_heads", "head_dim", "q_lora_rank",
+                       "o_lora_rank", "o_groups", *_MOE, "shared_expert_ffn", "mtp_layers") + (
+            ("attention", f"{src}: compress_ratios (CSA 1/4 with an indexer, HCA 1/128), one shared 512-dim KV head"),
+            ("weight_bytes_per_param", "HBFlex §5.3: weights in INT8 (\"these groups occupy approximately 63 and "
+                                       "106 MB in INT8\")")),
+        estimated=(
+            ("kv_bytes_per_token_layer_override",
+             "HBFlex §5.3: \"At approximately 5 KB/token for DeepSeek-V4-Pro\" (all 61 layers; consistent with "
+             "CSA layers caching 512 B per 4 tokens plus 128-dim FP8 indexer keys, and HCA layers 512 B per 128 "
+             "tokens, alternating)"),
+            ("kv_fraction_attended",
+             "assumed: CSA reads its top 1,024 compressed entries and HCA every 1/128 entry; 1/8 of the context is "
+             "a round figure for a few-K to 100K-token context, not stated by either paper"),
+            ("weight_bytes_per_param",
+             "HBFlex §5.3 states INT8 for the prefetched groups; the published checkpoint is FP4 experts + FP8, "
+             "so INT8 everywhere is the paper's reading, and \"1.6 trillion parameters\" (HBFlex §1) is checked"),
+            ("kv_bytes_per_element", "HBFlex §3.3 counts KV at one byte per element (FP8)"),
+            ("total_params_stated", "HBFlex §1: \"DeepSeek-V4-Pro contains 1.6 trillion parameters\""),
+        ))
+
+
+def _hunyuan() -> ModelSpec:
+    src = "huggingface.co/tencent/Hy3-preview config.json (HBFlex §6.1 cites tencent/Hy3)"
+    return ModelSpec(
+        name="hunyuan", layers=80, hidden=4096, vocab=120832, attention="gqa", heads=64, kv_heads=8, head_dim=128,
+        qk_norm=True, first_dense_layers=1, routed_experts=192, shared_experts=1, top_k=8, router="sigmoid-bias",
+        expert_ffn=1536, shared_expert_ffn=1536, dense_ffn=13312, total_params_stated=295e9,
+        sources=_cited(src, *_GQA, *_MOE, "shared_expert_ffn", "qk_norm") + (
+            ("first_dense_layers", f"{src}: first_k_dense_replace 1"), ("dense_ffn", f"{src}: intermediate_size"),
+            ("router", f"{src}: sigmoid routing with e_score_correction_bias"),
+            ("weight_bytes_per_param", f"{src}: bfloat16")),
+        estimated=(("name", "HBFlex §6.1 evaluates \"Hunyuan3 (Tencent Hy Team, 2026)\" without its configuration; "
+                            "the public Hy3-preview configuration (295B) is taken as that model"),))
 
 
 PRESETS = {
     "qwen3-235b-a22b": _qwen3_235b,
     "mixtral-8x22b": _mixtral_8x22b,
+    "grok-1": _grok1,
+    "llama4-maverick": _llama4_maverick,
+    "deepseek-v3": _deepseek_v3,
+    "deepseek-v2": _deepseek_v2,
+    "deepseek-v4-pro": _deepseek_v4_pro,
+    "hunyuan": _hunyuan,
     "llama3-8b": lambda: _llama3("8b"),
     "llama3-70b": lambda: _llama3("70b"),
 }
+
+
+# Published reference values the derived totals are checked against (tests/test_models.py, `hbfjax models`).
+DASH_TABLE_II_WEIGHT_GB = {"qwen3-235b-a22b": 470.19, "mixtral-8x22b": 281.24, "grok-1": 318.24,
+                           "llama4-maverick": 801.42, "deepseek-v3": 688.59, "deepseek-v2": 471.49}
+# HBFlex §3.3: "35 KB/token for DeepSeek-V3", "Qwen3 ... with 95 KB/token" (KV at one byte per element,
+# which is what reproduces its 8.37 and 22.73 TB/day per GPU); §5.3: "approximately 5 KB/token" for V4-Pro.
+HBFLEX_KV_BYTES_PER_TOKEN = {"deepseek-v3": 35e3, "qwen3-235b-a22b": 95e3, "deepseek-v4-pro": 5e3}
+HBFLEX_KV_BYTES_PER_ELEMENT = FP8
+
+
+def summary(spec: ModelSpec) -> dict:
+    """The derived totals of a model with their provenance (what ``hbfjax models`` prints)."""
+    return {
+        "name": spec.name, "layers": spec.layers, "dense_layers": spec.dense_layers, "moe_layers": spec.moe_layers,
+        "attention": spec.attention, "routed_experts": spec.routed_experts, "shared_experts": spec.shared_experts,
+        "top_k": spec.top_k, "router": spec.router, "lookahead_capable": spec.lookahead_capable,
+        "params": spec.params, "active_params": spec.active_params, "weight_bytes": spec.weight_bytes,
+        "expert_weight_bytes": spec.expert_weight_bytes, "non_expert_weight_bytes": spec.non_expert_weight_bytes,
+        "paper_weight_bytes": DASH_TABLE_II_WEIGHT_GB[spec.name] * GB if spec.name in DASH_TABLE_II_WEIGHT_GB else None,
+        "kv_bytes_per_element": spec.kv_bytes_per_element, "kv_bytes_per_token_layer": spec.kv_bytes_per_token_layer,
+        "kv_bytes_per_token": spec.kv_bytes_per_token,
+        "estimated_fields": list(spec.estimated_fields), "estimated": dict(spec.estimated), "sources": dict(spec.sources),
+    }
 
 
 def preset(name: str) -> ModelSpec:
