@@ -1,13 +1,18 @@
-"""KV footprints of the two models of HBFlex Fig. 17/20, derived from the paper's per-token totals.
+"""KV footprints of the two models of HBFlex Fig. 5/17/20, from the model presets at HBFlex's KV precision.
 
-HBFlex §3.3 quotes 35 KB/token for DeepSeek-V3 and 95 KB/token for Qwen3; divided by the public layer
-counts (61 and 94) that is the KV per token per layer one attention read touches. The model presets of
-a later issue (DESIGN.md §5) will replace these constants.
+HBFlex §3.3 quotes 35 KB/token for DeepSeek-V3 and 95 KB/token for Qwen3 (one byte per KV element);
+the presets derive 35.1 and 96.3 KB (``hbfjax models --kv-bytes-per-element 1``). ``kv_bytes_per_token``
+here is per layer: what one attention read of one layer touches.
 """
 
-MODELS = {
-    "DeepSeek-V3": {"kv_bytes_per_token": 35e3 / 61, "layers": 61},
-    "Qwen3-235B": {"kv_bytes_per_token": 95e3 / 94, "layers": 94},
-}
+from hbfjax.workload import models
+
+
+def _footprint(name: str) -> dict:
+    spec = models.preset(name).with_kv_precision(models.HBFLEX_KV_BYTES_PER_ELEMENT)
+    return {"kv_bytes_per_token": spec.kv_bytes_per_token_layer, "layers": spec.layers}
+
+
+MODELS = {"DeepSeek-V3": _footprint("deepseek-v3"), "Qwen3-235B": _footprint("qwen3-235b-a22b")}
 
 TRACES = ("swebench_miniswe_agent.csv", "mooncake_conversation.jsonl", "azure_llm_2023_code.csv")

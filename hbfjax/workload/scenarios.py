@@ -23,6 +23,7 @@ from hbfjax.flash.programs import writeback as wb
 from hbfjax.flash.programs.timeline import Timeline, make_timeline
 from hbfjax.hardware import preset
 from hbfjax.validate import ConfigError
+from hbfjax.workload import models
 
 # The standard layer of the stated scenarios (HBFlex Fig. 13a): weights of attention projections,
 # the QKV projection (new KV exists at its end), the KV read, attention, expert weights, expert FFN.
@@ -30,11 +31,13 @@ STANDARD_SEGMENTS = ("attn_weight_read", "qkv_proj", "kv_read", "attention", "ex
 
 
 
-HBFLEX_LAYERS = 61
-HBFLEX_KV_BYTES_PER_TOKEN = 5_000.0  # HBFlex §5.3: ≈5 KB per token, all layers
+_V4_PRO = models.preset("deepseek-v4-pro")
+_MAVERICK = models.preset("llama4-maverick")
+HBFLEX_LAYERS = _V4_PRO.layers  # 61
+HBFLEX_KV_BYTES_PER_TOKEN = _V4_PRO.kv_bytes_per_token  # HBFlex §5.3: ≈5 KB per token, all layers
 HBFLEX_PLANE_GROUP = 32
-DASH_LAYERS = 48
-DASH_KV_BYTES_PER_TOKEN_LAYER = 8 * 128 * 2 * 2  # Llama 4 Maverick, bf16
+DASH_LAYERS = _MAVERICK.layers  # 48
+DASH_KV_BYTES_PER_TOKEN_LAYER = _MAVERICK.kv_bytes_per_token_layer  # 8 KV heads × 128 × (K, V) × BF16 = 4 KiB
 DASH_DECODE_KV_BUDGET_BYTES = 24.46e9  # DASH §VI-F
 DASH_SPILLED_KV_BYTES = 172.96e9  # DASH §VI-F: decode KV that ends in HBF over the 1M-token run
 
