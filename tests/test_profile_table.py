@@ -14,7 +14,7 @@ from hbfjax.validate import ConfigError
 from hbfjax.workload import profile_table as pt
 from hbfjax.workload import profiler
 from hbfjax.workload import timing as tm
-from tests._standin_models import GQA
+from tests._tiny_models import GQA
 
 DEVICE = "test-gpu"
 

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from hbfjax.validate import ConfigError
-from hbfjax.workload import gpus
+from hbfjax.workload import gpus, models
 from hbfjax.workload import timing as tm
 from tests._compiles import compilations
-from tests._standin_models import GQA, MLA, single_gemm
+from tests._tiny_models import GQA, MLA, single_gemm
 
 OPS = tm.OPS
 SXM_BF16_TFLOPS = 1979 / 2  # H100 SXM datasheet, dense
@@ -35,7 +35,7 @@ def test_gpu_presets_store_dense_datasheet_rates_with_sources():
 
 
 def _gemm_op(tokens_as: str, m: int, knobs):
-    model = single_gemm(4096, 4096)
+    model = single_gemm(4096)
     batch = tm.Batch.make([1] * m) if tokens_as == "decode" else tm.Batch.make([], [m], [0])
     costs = tm.step_costs(batch, jnp.zeros((1,), jnp.int32), knobs, tm.TimingConfig(model)).dense
     i = OPS.index("qkv_proj")
@@ -64,7 +64,7 @@ def test_one_gemm_by_hand_is_bytes_bound_at_one_token_and_compute_bound_at_8192(
 
 def test_fp8_weights_take_the_fp8_peak_and_half_the_bytes():
     knobs = tm.GpuKnobs.make("h100-sxm", compute_efficiency=1.0, memory_efficiency=1.0, launch_us=0.0)
-    model = single_gemm(4096, 4096, bytes_per_param=1)
+    model = single_gemm(4096, bytes_per_param=1.0)
     costs = tm.step_costs(tm.Batch.make([], [8192], [0]), jnp.zeros((1,), jnp.int32), knobs, tm.TimingConfig(model))
     i = OPS.index("qkv_proj")
     assert float(costs.dense.compute_us[i]) == pytest.approx(2 * 8192 * 4096 * 4096 / (1979.0 * 1e6), rel=1e-5)
@@ -116,7 +116,7 @@ def _reference(model, contexts, chunks, emits, rows, knobs, ab=2):
     for n, _ in chunks:
         for _ in range(n):
             tokens += 1
-    prec = lambda b: {4: "fp32", 1: "fp8"}.get(b, "bf16")  # noqa: E731
+    prec = lambda b: {4.0: "fp32", 1.0: "fp8"}.get(b, "bf16")  # noqa: E731 (the tiny models' widths)
 
     def linear(lin, t, copies):
         if t == 0:
@@ -130,7 +130,8 @@ def _reference(model, contexts, chunks, emits, rows, knobs, ab=2):
         out = dict.fromkeys(OPS, 0.0)
         if tokens:
             elems = tokens * model.hidden
-            one = _ref_kernel(2 * 4 * elems, model.norm_params_per_layer * ab + 2 * 2 * ab * elems, spec["fp32"], ce, knobs)
+            norm_bytes = model.norm_params_per_layer * model.bytes_per_param("norms") + 2 * 2 * ab * elems
+            one = _ref_kernel(2 * 4 * elems, norm_bytes, spec["fp32"], ce, knobs)
             out["norms"] = one + float(knobs.launch_us)
         for lin in model.linears(kind):
             if lin.op == "experts":
@@ -215,6 +216,7 @@ def test_more_tokens_never_take_less_time():
     lowers any operator's time."""
     gen = np.random.default_rng(3)
     knobs, config = tm.GpuKnobs.make(), tm.TimingConfig(MLA)
+    fn = _jitted()
     ctx, dmask = np.ones(8, np.int64), np.zeros(8, bool)
     tok, pre, cmask = np.ones(2, np.int64), np.zeros(2, np.int64), np.zeros(2, bool)
     rows = np.zeros((MLA.moe_layers, MLA.routed_experts), np.int64)
@@ -234,8 +236,8 @@ def test_more_tokens_never_take_less_time():
             pre[i % 2] += gen.integers(1, 5000)
         else:
             rows[i % MLA.moe_layers, gen.integers(MLA.routed_experts)] += gen.integers(1, 40)
-        t = tm.model_times(tm.Batch.make(ctx, tok, pre, decode_mask=dmask, chunk_mask=cmask),
-                           jnp.asarray(rows, jnp.int32), knobs, config)
+        t = fn(tm.Batch.make(ctx, tok, pre, decode_mask=dmask, chunk_mask=cmask), jnp.asarray(rows, jnp.int32), knobs,
+               config)
         now = np.concatenate([np.asarray(t.segment_us).ravel(), [float(t.lm_head_us)]])
         if previous is not None:
             assert np.all(now >= previous * (1 - 1e-6)), step
@@ -319,5 +321,25 @@ def test_model_times_refuses_rows_of_the_wrong_layer_count():
 
 
 def test_precision_follows_the_weight_width():
-    assert [tm.precision_of(b) for b in (4, 2, 1, 0.5)] == ["fp32", "bf16", "fp8", "bf16"]
+    assert [tm.precision_of(b) for b in (4, 2, 1, 1 + 4 / 128**2, 0.5)] == ["fp32", "bf16", "fp8", "fp8", "bf16"]
     assert math.isclose(gpus.preset("h100-sxm").peak("fp32"), 67.0)
+
+
+@pytest.mark.parametrize("name", sorted(models.PRESETS))
+def test_a_fully_routed_iteration_reads_every_weight_of_the_preset_once(name):
+    """With every expert routed some rows, the weights the roofline reads over all layers and the LM
+    head are the model's weights less the embedding lookup table (unless tied: then it is the head)
+    and the final norm — an independent total from hbfjax.workload.models."""
+    spec = models.preset(name)
+    if spec.mtp_layers:
+        spec = spec.replace(mtp_layers=0)  # MTP modules are checkpoint weights no decode step reads
+    experts = max(spec.routed_experts, 1)
+    step = tm.step_costs(tm.Batch.make([100] * 4, [64], [0]), jnp.ones((experts,), jnp.int32), tm.GpuKnobs.make(),
+                         tm.TimingConfig(spec))
+    read = (float(np.asarray(step.dense.weight_bytes, np.float64).sum()) * spec.dense_layers
+            + float(np.asarray(step.moe.weight_bytes, np.float64).sum()) * spec.moe_layers
+            + float(step.lm_head.weight_bytes))
+    embedding = 0.0 if spec.tied_embeddings else spec.vocab * spec.hidden * spec.bytes_per_param("embedding")
+    expected = spec.weight_bytes - embedding - spec.hidden * spec.bytes_per_param("norms")
+    assert read == pytest.approx(expected, rel=1e-6)
+    assert np.isfinite(float(step.moe_layer_us + step.dense_layer_us + step.lm_head.time_us))

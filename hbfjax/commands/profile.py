@@ -10,7 +10,7 @@ import jax
 
 from hbfjax.commands._common import emit
 from hbfjax.validate import ConfigError, number
-from hbfjax.workload import profile_table, profiler
+from hbfjax.workload import models, profile_table, profiler
 
 HELP = "time GPU operator shapes with JAX and write the measured-latency CSV"
 DESCRIPTION = f"""\
@@ -35,8 +35,8 @@ Examples:
 def register(subparsers) -> None:
     p = subparsers.add_parser("profile", help=HELP, description=DESCRIPTION,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", action="append", default=None, metavar="NAME",
-                   help="model preset whose shapes to time (repeatable; see hbfjax.workload.models.PRESETS); "
+    p.add_argument("--model", action="append", default=None, choices=sorted(models.PRESETS), metavar="NAME",
+                   help=f"model preset whose shapes to time (repeatable; one of {', '.join(sorted(models.PRESETS))}); "
                         "required unless --quick")
     p.add_argument("--quick", action="store_true", help="a handful of small shapes (seconds on a CPU)")
     p.add_argument("--out", required=True, metavar="FILE.csv", help="CSV file to write (replaced atomically)")
@@ -56,8 +56,6 @@ def _shapes(args) -> list:
         if not args.quick:
             raise ConfigError("--model = None: name at least one model preset, or use --quick")
         return profiler.quick_shapes()
-    from hbfjax.workload import models  # the model layer, only when a model is named
-
     shapes = []
     for name in args.model:
         shapes += profiler.model_shapes(models.preset(name), name)

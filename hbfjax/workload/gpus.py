@@ -28,6 +28,17 @@ _H200_DATASHEET = "NVIDIA H200 Tensor Core GPU datasheet (nvidia.com/en-us/data-
 _HALF = "; dense = the datasheet's 'with sparsity' figure / 2"
 
 
+def compute_precision(bytes_per_param: float) -> str:
+    """The tensor-core precision a matmul with weights of ``bytes_per_param`` bytes runs at: ≥ 3 B →
+    fp32; ≥ 1.5 B → bf16; ≥ 1 B → fp8 (FP8 with block scales, and INT8: Hopper's int8 and fp8 rates are
+    equal); narrower weights are weight-only quantised and dequantised to bf16."""
+    if bytes_per_param >= 3:
+        return "fp32"
+    if bytes_per_param >= 1.5 or bytes_per_param < 1:
+        return "bf16"
+    return "fp8"
+
+
 @dataclass(frozen=True)
 class GpuSpec:
     """One GPU: dense peak matmul rate per precision, HBM bandwidth and capacity."""

@@ -31,12 +31,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from hbfjax.validate import ConfigError
+from hbfjax.workload import gpus
 
 FIELDS = ("device", "jax_version", "model", "op", "name", "in_features", "out_features", "heads", "kv_heads",
           "qk_dim", "v_dim", "dtype", "tokens", "context", "us", "repeats")
 INT_FIELDS = ("in_features", "out_features", "heads", "kv_heads", "qk_dim", "v_dim", "tokens", "context", "repeats")
 ATTENTION_OPS = ("attention_decode", "attention_prefill")
-DTYPES = {4: "fp32", 2: "bf16", 1: "fp8", 0.5: "int4"}
 
 
 class ProfileRangeError(ConfigError):
@@ -46,8 +46,11 @@ class ProfileRangeError(ConfigError):
 # --- shape keys shared by the profiler and the timing ---------------------------------------------
 
 def dtype_name(bytes_per_param: float) -> str:
-    """Name of a weight width: 4 → fp32, 2 → bf16, 1 → fp8, 0.5 → int4, else ``w<bytes>B``."""
-    return DTYPES.get(bytes_per_param, f"w{bytes_per_param:g}B")
+    """Name of a weight width: its compute precision (``gpus.compute_precision``: fp32, bf16, fp8) for
+    1 B and wider; int4 for 0.5 B; else ``w<bytes>B`` (timed dequantised to bf16)."""
+    if bytes_per_param >= 1:
+        return gpus.compute_precision(bytes_per_param)
+    return "int4" if bytes_per_param == 0.5 else f"w{bytes_per_param:g}B"
 
 
 def linear_key(lin) -> tuple:
@@ -61,14 +64,16 @@ def norm_key(model, activation_bytes: int) -> tuple:
 
 
 def attention_geometry(model, phase: str) -> tuple[int, int, int, int]:
-    """(query heads, KV heads, QK dim, V dim) of the attention kernel of ``phase`` — MLA absorbed in
-    decode (one shared latent KV head) and expanded in prefill, as ``attention_flops_per_pair``."""
-    geometry = getattr(model, "attention_geometry", None)
-    if geometry is None:
-        raise ConfigError(f"{type(model).__name__}.attention_geometry: missing; the profile table needs the "
-                          "attention kernel's heads and dims")
-    heads, kv_heads, qk_dim, v_dim = (int(v) for v in geometry(phase))
-    return heads, kv_heads, qk_dim, v_dim
+    """(query heads, KV heads, QK dim, V dim) of the attention kernel of ``phase`` for a ModelSpec,
+    in the form ``attention_flops_per_pair`` counts: GQA (and DeepSeek-V4's compressed attention) as
+    grouped heads; MLA absorbed in decode (one latent KV head of kv_lora + rope dims, values in the
+    latent) and expanded in prefill (every head its own K and V)."""
+    if model.attention == "mla":
+        if phase == "decode":
+            return int(model.heads), 1, int(model.kv_lora_rank + model.qk_rope_head_dim), int(model.kv_lora_rank)
+        return (int(model.heads), int(model.heads), int(model.qk_nope_head_dim + model.qk_rope_head_dim),
+                int(model.v_head_dim))
+    return int(model.heads), int(model.kv_heads), int(model.head_dim), int(model.head_dim)
 
 
 def attention_key(model, phase: str, precision: str) -> tuple:

@@ -15,8 +15,10 @@ Each shape is one jitted call timed after ``warmup`` calls, ``repeats`` times wi
   context length ≥ chunk; causal inside the chunk.
 
 Attention is plain JAX (logits in fp32, softmax, PV) with grouped KV heads, in the geometry of
-``profile_table.attention_geometry`` (MLA absorbed in decode: one latent KV head whose values are the
-first ``v_dim`` latent channels). Compilation happens before the warm-up and is never timed.
+``profile_table.attention_geometry`` (MLA absorbed in decode: one latent KV head, values in the latent;
+DeepSeek-V4's compressed attention as dense attention over the ``kv_fraction_attended`` of the context
+it reads, an approximation of its sparse kernels). Compilation happens before the warm-up and is never
+timed.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class Shape:
     kv_heads: int = 0
     qk_dim: int = 0
     v_dim: int = 0
+    kv_fraction: float = 1.0  # compressed attention: fraction of the context entries a query reads
 
     @property
     def is_attention(self) -> bool:
@@ -75,7 +78,7 @@ def model_shapes(model, name: str, activation_bytes: int = 2, attention_precisio
         heads, kv_heads, qk, v = pt.attention_geometry(model, phase)
         shapes.setdefault(pt.attention_key(model, phase, attention_precision),
                           Shape(name, f"attention_{phase}", "attention", attention_precision, heads=heads,
-                                kv_heads=kv_heads, qk_dim=qk, v_dim=v))
+                                kv_heads=kv_heads, qk_dim=qk, v_dim=v, kv_fraction=float(model.kv_fraction_attended)))
     return list(shapes.values())
 
 
@@ -127,10 +130,12 @@ def attention(q, k, v, prefix: int):
 
 
 def _attention(shape: Shape, tokens: int, context: int):
+    # compressed attention: the kernel sees only the entries a query reads (at least the chunk's own)
+    entries = context if shape.kv_fraction == 1.0 else max(tokens, round(shape.kv_fraction * context))
     q = jnp.full((tokens, shape.heads, shape.qk_dim), 0.01, jnp.bfloat16)
-    k = jnp.full((context, shape.kv_heads, shape.qk_dim), 0.01, jnp.bfloat16)
-    v = jnp.full((context, shape.kv_heads, shape.v_dim), 0.01, jnp.bfloat16)
-    prefix = context - tokens
+    k = jnp.full((entries, shape.kv_heads, shape.qk_dim), 0.01, jnp.bfloat16)
+    v = jnp.full((entries, shape.kv_heads, shape.v_dim), 0.01, jnp.bfloat16)
+    prefix = entries - tokens
     return (lambda q, k, v: attention(q, k, v, prefix)), (q, k, v)
 
 

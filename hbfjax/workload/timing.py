@@ -10,14 +10,14 @@ GPUs (:mod:`hbfjax.workload.gpus`).
     time_us = max(flops / (peak × efficiency), bytes / (bandwidth × memory_efficiency)) + launch_us
 
 when it has work, else 0. The peak is the GPU's dense rate for the precision of the weights
-(:func:`precision_of`: 2 B/param → bf16, 1 → fp8, 4 → fp32, other widths are weight-only quantised
-and computed in bf16); GEMMs use ``compute_efficiency``, attention ``attention_efficiency``.
+(:func:`hbfjax.workload.gpus.compute_precision`: 4 B/param → fp32, 2 → bf16, 1 (FP8, block-scaled
+FP8, INT8) → fp8, narrower widths weight-only quantised and computed in bf16); GEMMs use ``compute_efficiency``, attention ``attention_efficiency``.
 Bytes are what the kernel moves through the GPU's own HBM: the weights **once per kernel** (one
 weight matrix read for the whole batch), the activations read and written, the KV cache read by
 attention and the new KV written. The operators (:data:`OPS`) of one layer:
 
 * ``norms``: two RMSNorms (before attention and before the FFN), 4 FLOP per element, on CUDA cores
-  (fp32); activations read and written, ``norm_params_per_layer`` weights at activation width.
+  (fp32); activations read and written, ``norm_params_per_layer`` weights in the ``norms`` precision.
 * ``qkv_proj``, ``out_proj``, ``router``, ``shared_experts``, ``dense_ffn``: each ``Linear`` of the
   model with that ``op`` is one kernel over all T tokens of the iteration (decode tokens plus prefill
   chunk tokens): 2·T·in·out·copies FLOP, in·out·copies weights, T·(in + out)·copies activations.
@@ -31,11 +31,11 @@ attention and the new KV written. The operators (:data:`OPS`) of one layer:
   tokens (itself included) costs ``c`` (query, context) pairs and reads ``c`` tokens of KV.
 * ``attention_prefill``: one kernel over the prefill chunks; a chunk of ``n`` tokens after a prefix of
   ``p`` tokens attends causally to its prefix and itself: n·p + n(n+1)/2 pairs, (p + n) tokens of KV
-  read. Both attentions reads the cache after the new tokens' KV is appended (n tokens of KV
+  read. Both attentions read the cache after the new tokens' KV is appended (n tokens of KV
   written), compute in ``TimingConfig.attention_precision``, and take FLOPs per pair from
   ``ModelSpec.attention_flops_per_pair(phase)`` (GQA, or MLA absorbed in decode / expanded in prefill)
-  and KV bytes from ``kv_bytes_per_token_layer``. Queries and outputs count as hidden-size
-  activations per token.
+  and KV bytes from ``kv_bytes_per_token_layer`` (× ``kv_fraction_attended`` for the reads of
+  DeepSeek-V4's compressed attention). Queries and outputs count as hidden-size activations per token.
 * the LM head (once per iteration, ``ModelSpec.head_linears()``): over the tokens that emit a token,
   i.e. every decode token and the last token of each chunk that completes its prompt.
 
@@ -83,13 +83,7 @@ KNOB_DEFAULTS = {
 }
 
 
-def precision_of(bytes_per_param: float) -> str:
-    """Compute precision of a matmul whose weights take ``bytes_per_param`` bytes (see module doc)."""
-    if bytes_per_param == 4:
-        return "fp32"
-    if bytes_per_param == 1:
-        return "fp8"
-    return "bf16"  # bf16/fp16, and weight-only quantised widths dequantised to bf16
+precision_of = gpus.compute_precision
 
 
 @jax.tree_util.register_dataclass
@@ -293,7 +287,8 @@ def _norm_kernel(model, tokens: jax.Array, act_bytes: int) -> _Kernel:
     """All RMSNorms of one layer (their launches are counted by the caller)."""
     elements = tokens * float(model.hidden)
     return _Kernel(flops=float(NORMS_PER_LAYER * NORM_FLOPS_PER_ELEMENT) * elements,
-                   weight_bytes=jnp.where(tokens > 0, float(model.norm_params_per_layer * act_bytes), 0.0),
+                   weight_bytes=jnp.where(tokens > 0, float(model.norm_params_per_layer * model.bytes_per_param("norms")),
+                                          0.0),
                    kv_bytes=jnp.float32(0.0), other_bytes=float(NORMS_PER_LAYER * 2 * act_bytes) * elements,
                    active=tokens > 0, peak_index=_peak("fp32"), attention=False)
 
@@ -312,8 +307,9 @@ def prefill_pairs(batch: Batch) -> jax.Array:
 
 def _attention_kernel(model, phase: str, pairs, queries, kv_tokens, act_bytes: int, precision: str) -> _Kernel:
     kv = float(model.kv_bytes_per_token_layer)
+    read = kv * float(model.kv_fraction_attended)  # compressed attention reads a fraction of the entries
     return _Kernel(flops=pairs * float(model.attention_flops_per_pair(phase)), weight_bytes=jnp.float32(0.0),
-                   kv_bytes=kv_tokens * kv, other_bytes=queries * (kv + 2.0 * model.hidden * act_bytes),
+                   kv_bytes=kv_tokens * read, other_bytes=queries * (kv + 2.0 * model.hidden * act_bytes),
                    active=queries > 0, peak_index=_peak(precision), attention=True)
 
 
