@@ -230,8 +230,12 @@ def test_profiler_attention_is_grouped_and_causal_after_the_prefix():
     q = gen.normal(size=(3, 4, 8)).astype(np.float32)
     k = gen.normal(size=(7, 2, 8)).astype(np.float32)
     v = gen.normal(size=(7, 2, 5)).astype(np.float32)
+    expected = _numpy_attention(q, k, v, 4)
     got = profiler.attention(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), prefix=4)
-    np.testing.assert_allclose(np.asarray(got), _numpy_attention(q, k, v, 4), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-5, atol=1e-6)
+    # in query blocks of one (logits of one query: 4 heads × 7 keys × 4 B)
+    blocked = profiler.attention(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), prefix=4, logits_bytes=4 * 4 * 7)
+    np.testing.assert_allclose(np.asarray(blocked), expected, rtol=1e-5, atol=1e-6)
 
 
 def test_model_shapes_cover_every_curve_the_timing_looks_up():

@@ -343,3 +343,20 @@ def test_a_fully_routed_iteration_reads_every_weight_of_the_preset_once(name):
     expected = spec.weight_bytes - embedding - spec.hidden * spec.bytes_per_param("norms")
     assert read == pytest.approx(expected, rel=1e-6)
     assert np.isfinite(float(step.moe_layer_us + step.dense_layer_us + step.lm_head.time_us))
+
+
+@pytest.mark.parametrize("name", ["llama3-8b", "qwen3-235b-a22b", "deepseek-v3"])
+def test_model_times_of_a_preset_is_its_layers_by_kind_plus_the_head(name):
+    """Dense-only, MoE-only and mixed presets: with the same rows in every MoE layer the iteration is
+    dense_layers × one dense layer + moe_layers × one MoE layer + the LM head."""
+    spec = models.preset(name)
+    batch = tm.Batch.make([300] * 8, [256], [1000])
+    experts = max(spec.routed_experts, 1)
+    one = jnp.asarray(np.arange(experts) % 3, jnp.int32)
+    knobs, config = tm.GpuKnobs.make("h100-pcie"), tm.TimingConfig(spec)
+    step = tm.step_costs(batch, one, knobs, config)
+    times = tm.model_times(batch, jnp.tile(one, (spec.moe_layers, 1)), knobs, config)
+    expected = spec.dense_layers * float(step.dense_layer_us) + spec.moe_layers * float(step.moe_layer_us) \
+        + float(step.lm_head.time_us)
+    assert float(times.iteration_us) == pytest.approx(expected, rel=1e-5)
+    assert times.segment_us.shape == (spec.layers, len(OPS))

@@ -116,17 +116,31 @@ def _norm(shape: Shape, m: int):
     return rmsnorm, (jnp.full((m, shape.in_features), 0.5, jnp.bfloat16), jnp.ones((shape.in_features,), jnp.float32))
 
 
-def attention(q, k, v, prefix: int):
+LOGITS_BYTES = 4 * 2**30  # fp32 logits one query block may hold: long prefill chunks run in blocks
+
+
+def attention(q, k, v, prefix: int, logits_bytes: int = LOGITS_BYTES):
     """Grouped attention of q[n, H, qk] over k[S, Hk, qk], v[S, Hk, dv]; query i sits at position
-    ``prefix + i`` and sees keys ≤ it (decode: n = 1, prefix = S − 1). Returns [n, H, dv] (bf16)."""
+    ``prefix + i`` and sees keys ≤ it (decode: n = 1, prefix = S − 1). Returns [n, H, dv] (bf16).
+    Queries go in blocks whose fp32 logits fit ``logits_bytes`` (one ``lax.map`` step per block)."""
     n, heads, _ = q.shape
     s, kv_heads, _ = k.shape
-    qg = q.reshape(n, kv_heads, heads // kv_heads, q.shape[-1])
-    logits = jnp.einsum("ngjd,sgd->gjns", qg, k, preferred_element_type=jnp.float32) / jnp.sqrt(q.shape[-1])
-    visible = jnp.arange(s)[None, :] <= prefix + jnp.arange(n)[:, None]  # bool[n, S]
-    probs = jax.nn.softmax(jnp.where(visible, logits, -jnp.inf), axis=-1).astype(v.dtype)
-    out = jnp.einsum("gjns,sgd->ngjd", probs, v, preferred_element_type=jnp.float32)
-    return out.reshape(n, heads, v.shape[-1]).astype(q.dtype)
+    block = max(1, min(n, logits_bytes // max(1, 4 * heads * s)))
+    while n % block:
+        block -= 1
+
+    def one_block(args):
+        qb, start = args  # qb[block, H, qk]; its first query's position is prefix + start
+        qg = qb.reshape(block, kv_heads, heads // kv_heads, q.shape[-1])
+        logits = jnp.einsum("ngjd,sgd->gjns", qg, k, preferred_element_type=jnp.float32) / jnp.sqrt(q.shape[-1])
+        visible = jnp.arange(s)[None, :] <= prefix + start + jnp.arange(block)[:, None]  # bool[block, S]
+        probs = jax.nn.softmax(jnp.where(visible, logits, -jnp.inf), axis=-1).astype(v.dtype)
+        out = jnp.einsum("gjns,sgd->ngjd", probs, v, preferred_element_type=jnp.float32)
+        return out.reshape(block, heads, v.shape[-1]).astype(q.dtype)
+
+    blocks = q.reshape(n // block, block, heads, q.shape[-1])
+    starts = jnp.arange(0, n, block)
+    return jax.lax.map(one_block, (blocks, starts)).reshape(n, heads, v.shape[-1])
 
 
 def _attention(shape: Shape, tokens: int, context: int):

@@ -327,10 +327,10 @@ def emitting_tokens(batch: Batch) -> jax.Array:
 
 def _measured(table, key, x, roofline_us, allow: bool):
     """(time_us, miss) of one op from its curve at size ``x`` (0 = no work), or the roofline."""
-    index = None if table is None else table.index(key)
     if table is None:
         return roofline_us, jnp.zeros(jnp.shape(x), bool)
     active = x > 0
+    index = table.index(key)
     if index is None:
         us, inside = jnp.zeros(jnp.shape(x), jnp.float32), jnp.zeros(jnp.shape(x), bool)
     else:
@@ -440,54 +440,53 @@ def _lm_head(batch: Batch, knobs: GpuKnobs, config: TimingConfig, table) -> tupl
     return OpCosts(*fields), miss
 
 
-def _merge(base: _Acc, experts: OpCosts) -> OpCosts:
-    return OpCosts(*(b + e for b, e in zip(base.costs(), experts)))
+def _dense_layer(batch: Batch, knobs: GpuKnobs, config: TimingConfig, table) -> tuple[OpCosts, jax.Array]:
+    """(OpCosts float32[ops], miss bool[ops]) of one dense layer."""
+    acc = _layer_base("dense", batch, knobs, config, table)
+    return acc.costs(), jnp.stack(acc.miss)
 
 
-def _miss(acc: _Acc) -> jax.Array:
-    return jnp.stack(acc.miss)
+def _moe_layer(batch: Batch, rows: jax.Array, knobs: GpuKnobs, config: TimingConfig, table) -> tuple[OpCosts, jax.Array]:
+    """(OpCosts float32[..., ops], miss bool[..., ops]) of MoE layers with ``rows: int32[..., E]``; the
+    non-expert ops are computed once and broadcast."""
+    base = _layer_base("moe", batch, knobs, config, table)
+    experts, experts_miss = expert_costs(rows, knobs, config, table)
+    is_experts = jnp.arange(len(OPS)) == OPS.index("experts")
+    miss = jnp.stack(base.miss) | is_experts & experts_miss[..., None]
+    return OpCosts(*(b + e for b, e in zip(base.costs(), experts))), miss
 
 
 def step_costs(batch: Batch, rows: jax.Array, knobs: GpuKnobs, config: TimingConfig, table=None) -> StepCosts:
     """GPU costs of one iteration for one dense layer, one MoE layer whose routed experts got
     ``rows: int32[E]`` rows, and the LM head (roofline, or ``table`` as in the module docstring)."""
-    dense = _layer_base("dense", batch, knobs, config, table)
-    moe_base = _layer_base("moe", batch, knobs, config, table)
-    experts, experts_miss = expert_costs(rows, knobs, config, table)
-    moe = _merge(moe_base, experts)
+    dense, dense_miss = _dense_layer(batch, knobs, config, table)
+    moe, moe_miss = _moe_layer(batch, jnp.asarray(rows, jnp.int32), knobs, config, table)
     head, head_miss = _lm_head(batch, knobs, config, table)
-    exp_index = OPS.index("experts")
-    miss = _miss(dense) | _miss(moe_base) | (jnp.arange(len(OPS)) == exp_index) & experts_miss
-    dense_costs = dense.costs()
-    return StepCosts(dense=dense_costs, moe=moe, lm_head=head, dense_layer_us=jnp.sum(dense_costs.time_us),
+    return StepCosts(dense=dense, moe=moe, lm_head=head, dense_layer_us=jnp.sum(dense.time_us),
                      moe_layer_us=jnp.sum(moe.time_us), tokens=tokens_of(batch),
-                     table_miss=jnp.concatenate([miss, head_miss[None]]))
+                     table_miss=jnp.concatenate([dense_miss | moe_miss, head_miss[None]]))
 
 
 def model_times(batch: Batch, rows: jax.Array, knobs: GpuKnobs, config: TimingConfig, table=None) -> ModelTimes:
     """GPU time of one iteration through every layer: ``rows: int32[L_moe, E]`` gives each MoE layer's
-    routed rows per expert (in layer order); the non-expert ops of a layer kind are computed once."""
-    kinds = tuple(config.model.layer_kinds)
-    moe_layers = sum(k == "moe" for k in kinds)
+    routed rows per expert (in layer order; ignored by a dense model); the non-expert ops of a layer
+    kind are computed once."""
+    is_moe = np.array([k == "moe" for k in config.model.layer_kinds])  # static bool[L]
     rows = jnp.asarray(rows, jnp.int32)
-    if moe_layers:
-        require(rows.ndim == 2 and rows.shape[0] == moe_layers, "model_times", "rows", tuple(rows.shape),
-                f"must be int32[{moe_layers}, E] (one row of expert rows per MoE layer)")
-    dense = _layer_base("dense", batch, knobs, config, table)
-    moe_base = _layer_base("moe", batch, knobs, config, table)
-    experts, experts_miss = expert_costs(rows, knobs, config, table)  # float32[Lm, ops]
+    miss = jnp.zeros(len(OPS), bool)
+    dense_seg = jnp.zeros(len(OPS), jnp.float32)
+    if not is_moe.all():
+        dense, dense_miss = _dense_layer(batch, knobs, config, table)
+        dense_seg, miss = dense.time_us, miss | dense_miss
+    segment = jnp.broadcast_to(dense_seg, (len(is_moe), len(OPS)))
+    if is_moe.any():
+        require(rows.ndim == 2 and rows.shape[0] == is_moe.sum(), "model_times", "rows", tuple(rows.shape),
+                f"must be int32[{is_moe.sum()}, E] (one row of expert rows per MoE layer)")
+        moe, moe_miss = _moe_layer(batch, rows, knobs, config, table)  # float32[Lm, ops]
+        moe_row = np.maximum(np.cumsum(is_moe) - 1, 0)  # static: which MoE layer each layer is
+        segment = jnp.where(jnp.asarray(is_moe)[:, None], moe.time_us[moe_row], segment)
+        miss = miss | jnp.any(moe_miss, axis=0)
     head, head_miss = _lm_head(batch, knobs, config, table)
-    moe_seg = moe_base.costs().time_us[None, :] + experts.time_us  # float32[Lm, ops]
-    dense_seg = dense.costs().time_us
-    is_moe = np.array([k == "moe" for k in kinds])
-    moe_row = np.maximum(np.cumsum(is_moe) - 1, 0)  # static: which MoE layer each layer is
-    if moe_layers:
-        segment = jnp.where(jnp.asarray(is_moe)[:, None], moe_seg[moe_row], dense_seg[None, :])
-    else:
-        segment = jnp.broadcast_to(dense_seg, (len(kinds), len(OPS)))
-    miss = (_miss(dense) if (~is_moe).any() else jnp.zeros(len(OPS), bool))
-    if moe_layers:
-        miss = miss | _miss(moe_base) | (jnp.arange(len(OPS)) == OPS.index("experts")) & jnp.any(experts_miss)
     layer_us = jnp.sum(segment, axis=1)
     return ModelTimes(segment_us=segment, layer_us=layer_us, lm_head_us=head.time_us,
                       iteration_us=jnp.sum(layer_us) + head.time_us, table_miss=jnp.concatenate([miss, head_miss[None]]))
