@@ -244,3 +244,17 @@ def test_model_shapes_cover_every_curve_the_timing_looks_up():
     wanted = {pt.linear_key(lin) for lin in lins} | {pt.norm_key(GQA, 2)} | {
         pt.attention_key(GQA, p, "bf16") for p in ("decode", "prefill")}
     assert wanted == keys
+
+
+def test_vmap_over_streams_with_a_table_equals_a_loop():
+    curves = _gqa_table().curves()
+    batches = [tm.Batch.make([40, 60], [10], [5]), tm.Batch.make([900, 7], [100], [0], chunk_emits=np.array([False]))]
+    stacked = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *batches)
+    rows = jnp.asarray(np.random.default_rng(1).integers(0, 6, (2, GQA.moe_layers, 8)), jnp.int32)
+    knobs, config = tm.GpuKnobs.make(), tm.TimingConfig(GQA)
+    out = jax.jit(jax.vmap(tm.model_times, in_axes=(0, 0, None, None, None)), static_argnums=3)(
+        stacked, rows, knobs, config, curves)
+    for s, b in enumerate(batches):
+        one = tm.model_times(b, rows[s], knobs, config, curves)
+        np.testing.assert_allclose(out.segment_us[s], one.segment_us, rtol=1e-5)
+        assert not np.asarray(one.table_miss).any()

@@ -11,7 +11,8 @@ GPUs (:mod:`hbfjax.workload.gpus`).
 
 when it has work, else 0. The peak is the GPU's dense rate for the precision of the weights
 (:func:`hbfjax.workload.gpus.compute_precision`: 4 B/param → fp32, 2 → bf16, 1 (FP8, block-scaled
-FP8, INT8) → fp8, narrower widths weight-only quantised and computed in bf16); GEMMs use ``compute_efficiency``, attention ``attention_efficiency``.
+FP8, INT8) → fp8, narrower widths weight-only quantised and computed in bf16); GEMMs use
+``compute_efficiency``, attention ``attention_efficiency`` (defaults, all assumed: :data:`KNOB_DEFAULTS`).
 Bytes are what the kernel moves through the GPU's own HBM: the weights **once per kernel** (one
 weight matrix read for the whole batch), the activations read and written, the KV cache read by
 attention and the new KV written. The operators (:data:`OPS`) of one layer:
@@ -50,8 +51,12 @@ no curve, or whose size lies outside the measured range, falls back to the roofl
 ``TimingConfig.allow_roofline``; otherwise its time is NaN and its ``table_miss`` flag is set
 (:func:`raise_if_table_miss` turns that into an error on the host).
 
-Everything is written for one stream and one iteration; arrays of the batch are fixed-size with masks,
-so one compilation serves every batch content, and the serving step vmaps it over streams.
+Entry points: :func:`step_costs` (one dense layer, one MoE layer, the LM head: per-op costs) and
+:func:`model_times` (``segment_us: float32[L, ops]`` over the model's layers, with each MoE layer's own
+expert rows). Everything is written for one stream and one iteration; arrays of the batch are
+fixed-size with masks, so one compilation serves every batch content, and the serving step vmaps it
+over streams. Inside ``jit`` build :class:`Batch` with its constructor (``Batch.make`` validates host
+arrays).
 """
 
 from __future__ import annotations
