@@ -51,7 +51,7 @@ def test_one_gemm_by_hand_is_bytes_bound_at_one_token_and_compute_bound_at_8192(
     assert memory_us > 100 * compute_us  # 12.5 µs against 0.048 µs
     assert time_us == pytest.approx(memory_us + 4.0, rel=1e-5)
     assert (c, m) == (pytest.approx(compute_us, rel=1e-5), pytest.approx(memory_us, rel=1e-5))
-    # M = 8192 tokens (one prefill chunk): 2.75e11 FLOP at 692.65 TFLOPS = 396.9 µs; 302 MB at 2.68 TB/s = 112.7 µs
+    # M = 8192 tokens (one prefill chunk): 2.75e11 FLOP at 692.65 TFLOPS = 396.9 µs; 167.8 MB at 2.68 TB/s = 62.6 µs
     flops, bytes_ = 2 * 8192 * 4096 * 4096, 4096 * 4096 * 2 + 8192 * (4096 + 4096) * 2
     compute_us, memory_us = flops / (SXM_BF16_TFLOPS * 0.7 * 1e6), bytes_ / (SXM_HBM_GBPS * 0.8 * 1e3)
     time_us, c, m = _gemm_op("chunk", 8192, knobs)
