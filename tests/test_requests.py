@@ -213,6 +213,15 @@ def test_rate_cv_and_length_knobs_do_not_recompile():
     assert len(compiled) == 1, compiled  # a config no other test uses: one compilation, then reuse
 
 
+def test_replay_rate_factor_seed_and_trace_values_do_not_recompile():
+    config = rq.RequestsConfig(requests=20, arrivals="trace", replay="offset")
+    with compilations("generate") as compiled:
+        for factor, seed, trace_seed in [(1.0, 0, 0), (3.0, 1, 1), (0.5, 2, 2)]:
+            inputs = rq.TraceInputs.from_trace(_pair_trace(n=40, seed=trace_seed))  # same shapes, other values
+            _run(config, rq.RequestKnobs.make(rate_factor=factor), streams=2, seed=seed, inputs=inputs)
+    assert len(compiled) == 1, compiled
+
+
 def test_a_knob_sweep_uses_common_random_numbers():
     points = [rq.RequestKnobs.make(rate_per_s=r, cv=1.5) for r in (1.0, 4.0)]
     swept = batch.run(rq.generate, 4, 14, batch.stack_knobs(points), _SYNTH, knob_axis=True)

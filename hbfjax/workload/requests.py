@@ -269,46 +269,41 @@ class TraceInputs:
         arrival_us -= arrival_us[0]
         span = int(arrival_us[-1])
         period_us = max(int(round(span * n / (n - 1))) if n > 1 else 0, span + 1)
-        prev = np.full(n, -1)  # previous turn of the session, in arrival order
-        last: dict = {}
-        for i in range(n):
-            prev[i] = last.get(int(session[i]), -1)
-            last[int(session[i])] = i
-        roots = np.unique(session)
-        turn = np.zeros(n, np.int64)
-        members = [[] for _ in roots]
-        where_root = {int(r): k for k, r in enumerate(roots)}
-        for i in range(n):
-            row = members[where_root[int(session[i])]]
-            turn[i] = len(row)
+        rows: dict = {}  # session root -> its requests in arrival order
+        prev = np.full(n, -1)  # previous turn of the session
+        turn = np.zeros(n, np.int64)  # position in the session
+        for i, root in enumerate(session.tolist()):
+            row = rows.setdefault(root, [])
+            prev[i], turn[i] = (row[-1] if row else -1), len(row)
             row.append(i)
-        turns = np.full((len(roots), max(len(r) for r in members)), -1, np.int64)
-        for k, row in enumerate(members):
+        turns = np.full((len(rows), max(map(len, rows.values()))), -1, np.int64)
+        for k, row in enumerate(rows.values()):
             turns[k, :len(row)] = row
 
-        def pad(a, fill):
-            out = np.full(size, fill, np.asarray(a).dtype)
+        def pad(a, fill, dtype):
+            out = np.full(size, fill, dtype)
             out[:n] = a
-            return out
+            return jnp.asarray(out)
 
-        never_s = np.iinfo(np.int32).max
-        arrival = clock.from_us(arrival_us)
-        since = clock.from_us(arrival_us - arrival_us[session])
+        def pad_clock(total_us, fill_s):
+            c = clock.from_us(total_us)
+            return Clock(pad(c.s, fill_s, np.int32), pad(c.us, 0.0, np.float32))
+
         return cls(
-            arrival=Clock(jnp.asarray(pad(np.asarray(arrival.s), never_s)), jnp.asarray(pad(np.asarray(arrival.us), 0.0))),
-            prompt_tokens=jnp.asarray(pad(np.asarray(trace.input_tokens[:n]), 0), jnp.int32),
-            output_tokens=jnp.asarray(pad(np.asarray(trace.output_tokens[:n]), 0), jnp.int32),
-            prefix_tokens=jnp.asarray(pad(np.asarray(trace.prefix_tokens[:n]), 0), jnp.int32),
+            arrival=pad_clock(arrival_us, np.iinfo(np.int32).max),
+            prompt_tokens=pad(trace.input_tokens[:n], 0, np.int32),
+            output_tokens=pad(trace.output_tokens[:n], 0, np.int32),
+            prefix_tokens=pad(trace.prefix_tokens[:n], 0, np.int32),
             session=jnp.asarray(np.r_[session, np.arange(n, size)], jnp.int32),
-            parent=jnp.asarray(pad(parent, -1), jnp.int32),
+            parent=pad(parent, -1, np.int32),
             valid=jnp.asarray(np.arange(size) < n),
             count=jnp.int32(n),
             period=clock.from_us(period_us),
-            since_root=Clock(jnp.asarray(pad(np.asarray(since.s), 0)), jnp.asarray(pad(np.asarray(since.us), 0.0))),
-            gap_us=jnp.asarray(pad(np.where(prev >= 0, arrival_us - arrival_us[np.maximum(prev, 0)], 0), 0), jnp.float32),
+            since_root=pad_clock(arrival_us - arrival_us[session], 0),
+            gap_us=pad(np.where(prev >= 0, arrival_us - arrival_us[np.maximum(prev, 0)], 0), 0.0, np.float32),
             turns=jnp.asarray(turns, jnp.int32),
-            turn=jnp.asarray(pad(turn, 0), jnp.int32),
-            sessions=jnp.int32(len(roots)),
+            turn=pad(turn, 0, np.int32),
+            sessions=jnp.int32(len(rows)),
         )
 
 
@@ -463,8 +458,8 @@ def offset_phase(seed, stream, inputs: TraceInputs) -> Clock:
 
 def rotated(inputs: TraceInputs, phase: Clock, requests: int, rate_factor=1.0) -> Requests:
     """The first ``requests`` requests of the trace started at ``phase`` u in [0, P): request i at t_i − u
-    if t_i >= u, else at t_i + P − u (it wrapped); sessions cut by the wrap restart at the first request
-    after it, which loses its reusable prefix. ``exact`` is phase 0."""
+    if t_i >= u, else at t_i + P − u (it wrapped); a request whose parent wrapped behind it becomes the
+    root of what follows of its session and loses its reusable prefix. ``exact`` is phase 0."""
     j = jnp.arange(requests, dtype=jnp.int32)
     n = inputs.count
     k = clock.searchsorted(inputs.arrival, phase, side="left")  # requests before the phase wrap
