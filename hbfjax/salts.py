@@ -33,6 +33,15 @@ class Salt(IntEnum):
     WB_PREFILL = 43
     # programs: synthetic backlog (hbfjax.flash.programs.backlog)
     BACKLOG_ARRIVALS = 51
+    # workload: request streams (hbfjax.workload.requests); 71-79 reserved for it
+    REQ_GAP = 71  # exponential inter-arrival gap of request i
+    REQ_GAMMA = 72  # Marsaglia-Tsang gamma gap of request i (words: try, part)
+    REQ_PROMPT = 73  # prompt length of request i (words: part)
+    REQ_OUTPUT = 74  # output length of request i (words: part)
+    REQ_PAIR = 75  # empirical (prompt, output) pair of request i
+    REQ_OFFSET = 76  # trace replay start offset of a stream
+    REQ_BOOT_SESSION = 77  # bootstrap: which trace session the m-th session replays
+    REQ_BOOT_START = 78  # bootstrap: gap before the m-th session starts
     # erase: GC victims and workloads (hbfjax.flash.erase.gc, gc_overwrite, kv_lifetimes)
     GC_RANDOM_VICTIM = 0x6C
     OVERWRITE_UNIFORM = 0x77

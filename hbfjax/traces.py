@@ -46,6 +46,8 @@ class Trace:
     ``session`` groups the turns of one conversation/agent task (the root request's index);
     ``parent`` is the index of the previous turn (−1 for a root); ``prefix_tokens`` is the prompt
     prefix already held in KV by an earlier request (0 when the schema cannot tell).
+    ``block_hashes`` are each request's prompt block ids (``block_tokens`` tokens a block; equal ids
+    = the same block) where the schema has them (Mooncake, Bailian), else None.
     """
 
     name: str
@@ -55,6 +57,8 @@ class Trace:
     session: np.ndarray  # [R] int64, index of the session's root request
     parent: np.ndarray  # [R] int64, index of the parent request or -1
     prefix_tokens: np.ndarray  # [R] int64, reusable prefix tokens
+    block_hashes: tuple[tuple[int, ...], ...] | None = None  # [R] prompt block ids, or None
+    block_tokens: int | None = None  # tokens per hashed block, or None
 
     def __len__(self) -> int:
         return int(self.arrival_s.shape[0])
@@ -62,6 +66,11 @@ class Trace:
     @property
     def duration_s(self) -> float:
         return float(self.arrival_s[-1] - self.arrival_s[0]) if len(self) else 0.0
+
+    @property
+    def root_start_s(self) -> np.ndarray:
+        """[R] float64: arrival of each request's session root, the lifetime label (HBFlex §5.4)."""
+        return self.arrival_s[self.session]
 
     @property
     def context_tokens(self) -> np.ndarray:
@@ -234,7 +243,7 @@ def _hash_ids(path: Path, line: int, row: dict) -> list:
     return ids
 
 
-def _finish(path: Path, arrival, inp, out, session, parent, prefix) -> Trace:
+def _finish(path: Path, arrival, inp, out, session, parent, prefix, hashes=None, block_tokens=None) -> Trace:
     arrival = np.asarray(arrival, np.float64)
     if arrival.size == 0:
         raise TraceError(f"{path}: no requests (the file has no data rows)")
@@ -250,6 +259,8 @@ def _finish(path: Path, arrival, inp, out, session, parent, prefix) -> Trace:
         session=remap(np.asarray(session, np.int64))[order],
         parent=remap(np.asarray(parent, np.int64))[order],
         prefix_tokens=np.asarray(prefix, np.int64)[order],
+        block_hashes=None if hashes is None else tuple(tuple(hashes[i]) for i in order),
+        block_tokens=None if hashes is None else block_tokens,
     )
 
 
@@ -298,8 +309,61 @@ def load_azure_csv(path: str | os.PathLike) -> Trace:
     return _finish(path, arrival, inp, out, np.arange(n), -np.ones(n), np.zeros(n))
 
 
-def load_mooncake_jsonl(path: str | os.PathLike) -> Trace:
-    """Mooncake FAST'25 trace: ``timestamp`` (ms), ``input_length``, ``output_length``, ``hash_ids``."""
+def shared_prefix_blocks(hash_lists) -> tuple[np.ndarray, np.ndarray]:
+    """Per request (in the given order, i.e. arrival): the number of leading prompt blocks whose whole
+    block prefix an earlier request also began with, and the latest such earlier request (−1: none).
+
+    A trie of block-prefix paths, each node holding the last request that passed through it: one walk
+    per request, O(blocks) in all. The blocks counted are the longest common block prefix with any
+    earlier request; among the earlier requests sharing that many, the latest is returned.
+    """
+    child: dict = {}  # (node, block id) -> node; node 0 is the empty prefix
+    last: list[int] = [-1]  # node -> latest request through it
+    shared = np.zeros(len(hash_lists), np.int64)
+    source = np.full(len(hash_lists), -1, np.int64)
+    for i, hashes in enumerate(hash_lists):
+        path = [0]  # nodes of the prefixes earlier requests made, walked down from the root
+        for h in hashes:
+            nxt = child.get((path[-1], h))
+            if nxt is None:
+                break
+            path.append(nxt)
+        depth = len(path) - 1
+        shared[i], source[i] = depth, last[path[-1]] if depth else -1
+        for node in path:
+            last[node] = i
+        node = path[-1]
+        for h in hashes[depth:]:  # this request's new blocks extend the trie
+            child[(node, h)] = len(last)
+            node = len(last)
+            last.append(i)
+    return shared, source
+
+
+def block_sessions(hash_lists, input_tokens, block_tokens: int, min_shared_blocks: int = 1):
+    """Sessions reconstructed from prompt block hashes, in the given (arrival) order.
+
+    A request's parent is the earlier request with the longest common block prefix (ties: the latest
+    such request), if they share at least ``min_shared_blocks`` blocks, else it is a root; its session is
+    its parent's; its reusable prefix is the common blocks × ``block_tokens``, capped at its prompt.
+    Returns int64 ``(parent, session, prefix_tokens)``.
+    """
+    shared, source = shared_prefix_blocks(hash_lists)
+    linked = shared >= max(min_shared_blocks, 1)
+    parent = np.where(linked, source, -1)
+    session = np.arange(len(hash_lists), dtype=np.int64)
+    for i in np.flatnonzero(linked):  # parents come first, so their session is already final
+        session[i] = session[parent[i]]
+    prefix = np.where(linked, np.minimum(shared * block_tokens, np.asarray(input_tokens, np.int64)), 0)
+    return parent, session, prefix
+
+
+def load_mooncake_jsonl(path: str | os.PathLike, min_shared_blocks: int = 1) -> Trace:
+    """Mooncake FAST'25 trace: ``timestamp`` (ms), ``input_length``, ``output_length``, ``hash_ids``
+    (512-token prompt blocks). The schema has no session column: sessions, parents and reusable
+    prefixes are reconstructed from the block hashes by :func:`block_sessions`. In the published
+    conversation trace every prompt begins with the same block (a shared system prompt), so with the
+    default ``min_shared_blocks = 1`` all its requests form one session; 2 separates conversations."""
     path = resolve(path)
     arrival, inp, out, hashes = [], [], [], []
     for line, row in _read_jsonl(path):
@@ -307,9 +371,11 @@ def load_mooncake_jsonl(path: str | os.PathLike) -> Trace:
         inp.append(_int_field(path, line, row, "input_length", 1))
         out.append(_int_field(path, line, row, "output_length", 0))
         hashes.append(_hash_ids(path, line, row))
-    n = len(arrival)
-    prefix = _prefix_in_arrival_order(arrival, inp, hashes, MOONCAKE_BLOCK_TOKENS)
-    return _finish(path, arrival, inp, out, np.arange(n), -np.ones(n), prefix)
+    order = np.argsort(np.asarray(arrival), kind="stable")
+    hashes = [hashes[i] for i in order]
+    arrival, inp, out = (np.asarray(c)[order] for c in (arrival, inp, out))
+    parent, session, prefix = block_sessions(hashes, inp, MOONCAKE_BLOCK_TOKENS, min_shared_blocks)
+    return _finish(path, arrival, inp, out, session, parent, prefix, hashes, MOONCAKE_BLOCK_TOKENS)
 
 
 def _session_trace(path: Path, session_key, timestamp_us, input_chars, output_chars, prefix_chars) -> Trace:
@@ -432,8 +498,9 @@ def load_bailian_jsonl(path: str | os.PathLike) -> Trace:
         session[i] = j
     arrival = [r[3] for r in rows]
     inp = [r[4] for r in rows]
-    prefix = _prefix_in_arrival_order(arrival, inp, [r[6] for r in rows], BAILIAN_BLOCK_TOKENS)
-    return _finish(path, arrival, inp, [r[5] for r in rows], session, parent, prefix)
+    hashes = [r[6] for r in rows]
+    prefix = _prefix_in_arrival_order(arrival, inp, hashes, BAILIAN_BLOCK_TOKENS)
+    return _finish(path, arrival, inp, [r[5] for r in rows], session, parent, prefix, hashes, BAILIAN_BLOCK_TOKENS)
 
 
 SCHEMAS = "Azure 2023 CSV, Mooncake JSONL, SWE-bench agent CSV or per-session JSONL (file or folder), Bailian JSONL"

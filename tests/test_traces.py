@@ -43,6 +43,8 @@ def test_bailian_schema_links_turns_to_their_root(tmp_path):
     t = load_trace(p)
     assert list(t.parent) == [-1, 0, 1] and list(t.session) == [0, 0, 0]
     assert list(t.prefix_tokens) == [0, 32, 48]  # 16-token blocks already seen
+    assert t.block_tokens == 16 and t.block_hashes == ((1, 2), (1, 2, 3), (1, 2, 3, 4))
+    assert list(t.root_start_s) == [0.0, 0.0, 0.0]
 
 
 AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
@@ -234,3 +236,73 @@ def test_a_missing_catalogued_trace_names_the_fetch_command(three_dirs):
     assert message.startswith("trace 'swebench_miniswe_agent.csv' not found (looked in ")
     assert all(str(d) in message for d in three_dirs)
     assert message.endswith("get it with: hbfjax traces fetch swebench_miniswe_agent")
+
+
+# --- sessions from Mooncake block hashes -------------------------------------------------------------------
+
+def _mooncake_file(tmp_path, rows):
+    p = tmp_path / "moon.jsonl"
+    p.write_text("".join(json.dumps(dict(timestamp=t, input_length=n, output_length=1, hash_ids=h)) + "\n"
+                         for t, n, h in rows))
+    return p
+
+
+MOON_ROWS = [  # (timestamp ms, prompt tokens, 512-token block ids); the last row arrives fourth
+    (0, 1500, [1, 2, 3]),  # root
+    (1000, 700, [9, 8]),  # root: no block in common
+    (2000, 2000, [1, 2, 4, 5]),  # shares [1, 2] with the first
+    (3000, 1200, [1, 2, 3, 7]),  # shares [1, 2, 3] with the first (longest), prefix capped at its 1,200 tokens
+    (4000, 600, [1, 2]),  # shares 2 blocks with three earlier requests: the latest (previous row) is its parent
+    (5000, 300, [9]),  # shares [9] with the second and the last row: the latest, the last row
+    (6000, 100, []),  # no blocks: a root
+    (2500, 1600, [9, 8, 6]),  # shares [9, 8] with the second
+]
+
+
+def test_mooncake_sessions_are_rebuilt_from_the_longest_common_block_prefix(tmp_path):
+    t = load_trace(_mooncake_file(tmp_path, MOON_ROWS))
+    # arrival order: rows 0, 1, 2, 7, 3, 4, 5, 6
+    assert list(t.arrival_s) == [0.0, 1.0, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0]
+    assert list(t.parent) == [-1, -1, 0, 1, 0, 4, 3, -1]
+    assert list(t.session) == [0, 1, 0, 1, 0, 0, 1, 7]
+    assert list(t.prefix_tokens) == [0, 0, 1024, 1024, 1200, 600, 300, 0]
+    assert list(t.root_start_s) == [0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 6.0]
+    assert t.block_tokens == 512 and t.block_hashes[3] == (9, 8, 6) and t.block_hashes[7] == ()
+    two = traces.load_mooncake_jsonl(_mooncake_file(tmp_path, MOON_ROWS), min_shared_blocks=2)
+    assert list(two.parent) == [-1, -1, 0, 1, 0, 4, -1, -1]  # the one-block match is no longer a parent
+    assert list(two.session) == [0, 1, 0, 1, 0, 0, 6, 7] and list(two.prefix_tokens)[6] == 0
+
+
+def _naive_common_blocks(hash_lists):
+    """Plain Python: for each request, the longest block prefix an earlier one began with, and the latest such."""
+    last_with_prefix: dict = {}
+    out = []
+    for i, h in enumerate(hash_lists):
+        best = max((k for k in range(1, len(h) + 1) if tuple(h[:k]) in last_with_prefix), default=0)
+        out.append((best, last_with_prefix[tuple(h[:best])] if best else -1))
+        for k in range(1, len(h) + 1):
+            last_with_prefix[tuple(h[:k])] = i
+    return out
+
+
+def test_real_mooncake_sessions_match_a_plain_python_reconstruction(real_trace):
+    path = real_trace("mooncake_conversation.jsonl")
+    rows = [json.loads(line) for line in open(path)]
+    t = load_trace(path)
+    head = 2000  # the file is in time order; a request's links depend on earlier requests only
+    assert [r["timestamp"] / 1e3 for r in rows[:head]] == list(t.arrival_s[:head])
+    naive = _naive_common_blocks([r["hash_ids"] for r in rows[:head]])
+    assert [s for _, s in naive] == list(t.parent[:head])
+    assert [min(b * 512, r["input_length"]) for (b, _), r in zip(naive, rows)] == list(t.prefix_tokens[:head])
+    # every prompt begins with the same block (a shared system prompt): one session under the >= 1 block rule
+    assert len({r["hash_ids"][0] for r in rows}) == 1 and len(np.unique(t.session)) == 1
+    assert int((t.parent >= 0).sum()) == len(rows) - 1 and np.all(t.root_start_s == 0)
+    assert len(t.block_hashes) == len(rows) and t.block_tokens == 512
+
+
+def test_schemas_without_block_hashes_have_none(real_trace):
+    for name in ("azure_llm_2023_code.csv", "swebench_miniswe_agent.csv"):
+        t = load_trace(real_trace(name))
+        assert t.block_hashes is None and t.block_tokens is None
+    swe = load_trace(real_trace("swebench_miniswe_agent.csv"))
+    assert np.array_equal(swe.root_start_s, swe.arrival_s[swe.session]) and np.all(swe.root_start_s <= swe.arrival_s)

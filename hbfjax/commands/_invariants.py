@@ -19,11 +19,13 @@ import numbers
 
 from hbfjax.validate import ConfigError
 
-# keys that may be None: the exact backlog when λ >= w (no stationary law), no trace file
-NULLABLE = frozenset({"exact_mean_backlog_pages", "exact_p_backlog_positive", "trace"})
+# keys that may be None: the exact backlog when λ >= w (no stationary law), no trace file, a trace of one
+# instant (no rate) or without block hashes (trace-info)
+NULLABLE = frozenset({"exact_mean_backlog_pages", "exact_p_backlog_positive", "trace", "arrival_rate_per_s",
+                      "prefix_reusable_block_fraction"})
 FRACTIONS = frozenset({"hot_plane_fraction", "offload_fraction", "p_backlog_positive", "exact_p_backlog_positive",
                        "buffer_overflow_fraction", "effective_spare_factor",
-                       "u_utilization"})
+                       "u_utilization", "prefix_reusable_block_fraction"})
 
 
 def _fail(key: str, value, rule: str):
