@@ -340,30 +340,53 @@ def shared_prefix_blocks(hash_lists) -> tuple[np.ndarray, np.ndarray]:
     return shared, source
 
 
-def block_sessions(hash_lists, input_tokens, block_tokens: int, min_shared_blocks: int = 1):
+def universal_prefix_blocks(hash_lists) -> int:
+    """Leading blocks that every request's prompt begins with (a trace-wide system prompt)."""
+    if not hash_lists:
+        return 0
+    first = hash_lists[0]
+    n = len(first)
+    for hashes in hash_lists[1:]:
+        k = 0
+        while k < min(n, len(hashes)) and hashes[k] == first[k]:
+            k += 1
+        n = k
+        if n == 0:
+            break
+    return n
+
+
+def block_sessions(hash_lists, input_tokens, block_tokens: int, min_shared_blocks: int | None = None):
     """Sessions reconstructed from prompt block hashes, in the given (arrival) order.
 
     A request's parent is the earlier request with the longest common block prefix (ties: the latest
     such request), if they share at least ``min_shared_blocks`` blocks, else it is a root; its session is
-    its parent's; its reusable prefix is the common blocks × ``block_tokens``, capped at its prompt.
-    Returns int64 ``(parent, session, prefix_tokens)``.
+    its parent's. The default (None) is one block more than every request of the trace shares: a
+    prefix common to all requests is a system prompt, not a conversation's history, and linking on it
+    would make the whole trace one session (the published Mooncake conversation trace begins every
+    prompt with the same block). A request's reusable prefix is its common blocks with any earlier
+    request × ``block_tokens``, capped at its prompt, whether or not that request is its parent (a
+    shared system prompt's KV is reusable too). Returns int64 ``(parent, session, prefix_tokens)``.
     """
     shared, source = shared_prefix_blocks(hash_lists)
+    if min_shared_blocks is None:
+        min_shared_blocks = universal_prefix_blocks(hash_lists) + 1
     linked = shared >= max(min_shared_blocks, 1)
     parent = np.where(linked, source, -1)
     session = np.arange(len(hash_lists), dtype=np.int64)
     for i in np.flatnonzero(linked):  # parents come first, so their session is already final
         session[i] = session[parent[i]]
-    prefix = np.where(linked, np.minimum(shared * block_tokens, np.asarray(input_tokens, np.int64)), 0)
+    prefix = np.minimum(shared * block_tokens, np.asarray(input_tokens, np.int64))
     return parent, session, prefix
 
 
-def load_mooncake_jsonl(path: str | os.PathLike, min_shared_blocks: int = 1) -> Trace:
+def load_mooncake_jsonl(path: str | os.PathLike, min_shared_blocks: int | None = None) -> Trace:
     """Mooncake FAST'25 trace: ``timestamp`` (ms), ``input_length``, ``output_length``, ``hash_ids``
     (512-token prompt blocks). The schema has no session column: sessions, parents and reusable
     prefixes are reconstructed from the block hashes by :func:`block_sessions`. In the published
-    conversation trace every prompt begins with the same block (a shared system prompt), so with the
-    default ``min_shared_blocks = 1`` all its requests form one session; 2 separates conversations."""
+    conversation trace every prompt begins with the same block (a shared system prompt): linking on
+    one block would make all 12,031 requests one session, so by default a parent must share one block
+    more than that (7,373 sessions)."""
     path = resolve(path)
     arrival, inp, out, hashes = [], [], [], []
     for line, row in _read_jsonl(path):

@@ -270,7 +270,17 @@ def test_mooncake_sessions_are_rebuilt_from_the_longest_common_block_prefix(tmp_
     assert t.block_tokens == 512 and t.block_hashes[3] == (9, 8, 6) and t.block_hashes[7] == ()
     two = traces.load_mooncake_jsonl(_mooncake_file(tmp_path, MOON_ROWS), min_shared_blocks=2)
     assert list(two.parent) == [-1, -1, 0, 1, 0, 4, -1, -1]  # the one-block match is no longer a parent
-    assert list(two.session) == [0, 1, 0, 1, 0, 0, 6, 7] and list(two.prefix_tokens)[6] == 0
+    assert list(two.session) == [0, 1, 0, 1, 0, 0, 6, 7]
+    assert list(two.prefix_tokens) == list(t.prefix_tokens)  # a reusable prefix need not be a parent's
+
+
+def test_a_prefix_every_request_shares_is_a_system_prompt_not_a_session(tmp_path):
+    rows = [(t, n + 512, [0] + h) for t, n, h in MOON_ROWS]  # every prompt now begins with block 0
+    t = load_trace(_mooncake_file(tmp_path, rows))
+    assert list(t.parent) == [-1, -1, 0, 1, 0, 4, 3, -1]  # the same links as without block 0
+    assert list(t.prefix_tokens) == [0, 512, 1536, 1536, 1712, 1112, 812, 512]  # block 0 is reusable KV
+    one = traces.load_mooncake_jsonl(_mooncake_file(tmp_path, rows), min_shared_blocks=1)
+    assert len(set(one.session)) == 1  # linking on the shared block makes one session
 
 
 def _naive_common_blocks(hash_lists):
@@ -292,11 +302,13 @@ def test_real_mooncake_sessions_match_a_plain_python_reconstruction(real_trace):
     head = 2000  # the file is in time order; a request's links depend on earlier requests only
     assert [r["timestamp"] / 1e3 for r in rows[:head]] == list(t.arrival_s[:head])
     naive = _naive_common_blocks([r["hash_ids"] for r in rows[:head]])
-    assert [s for _, s in naive] == list(t.parent[:head])
+    # every prompt begins with the same block (a shared system prompt), so a parent shares at least two
+    assert len({r["hash_ids"][0] for r in rows}) == 1 and min(len(r["hash_ids"]) for r in rows) >= 1
+    assert [s if b >= 2 else -1 for b, s in naive] == list(t.parent[:head])
     assert [min(b * 512, r["input_length"]) for (b, _), r in zip(naive, rows)] == list(t.prefix_tokens[:head])
-    # every prompt begins with the same block (a shared system prompt): one session under the >= 1 block rule
-    assert len({r["hash_ids"][0] for r in rows}) == 1 and len(np.unique(t.session)) == 1
-    assert int((t.parent >= 0).sum()) == len(rows) - 1 and np.all(t.root_start_s == 0)
+    assert len(np.unique(t.session)) == 7373 and np.all(t.root_start_s == t.arrival_s[t.session])
+    one = traces.load_mooncake_jsonl(path, min_shared_blocks=1)  # linking on the system prompt: one session
+    assert len(np.unique(one.session)) == 1 and int((one.parent >= 0).sum()) == len(rows) - 1
     assert len(t.block_hashes) == len(rows) and t.block_tokens == 512
 
 
