@@ -33,6 +33,11 @@ class Salt(IntEnum):
     WB_PREFILL = 43
     # programs: synthetic backlog (hbfjax.flash.programs.backlog)
     BACKLOG_ARRIVALS = 51
+    # workload: MoE routing (hbfjax.workload.routing); 61-69 belong to routing
+    ROUTE_FLOYD = 61
+    ROUTE_KEYS = 62
+    ROUTE_POPULARITY = 63
+    ROUTE_BALANCED_OFFSET = 64
     # erase: GC victims and workloads (hbfjax.flash.erase.gc, gc_overwrite, kv_lifetimes)
     GC_RANDOM_VICTIM = 0x6C
     OVERWRITE_UNIFORM = 0x77
