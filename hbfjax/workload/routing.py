@@ -56,6 +56,8 @@ _SAMPLERS_OF_KIND = {"uniform": SAMPLERS, "zipf": ("auto", "gumbel"), "balanced"
 # A token-expert hash word t·E + e must stay below 2^31 (no two draws of one layer share a word).
 MAX_EXPERTS = 4096
 MAX_TOKENS = 2**19
+# zipf keys scale by rank^s in float32: MAX_EXPERTS^s must stay finite (4096^10 ≈ 1.3e36 < 3.4e38).
+MAX_ZIPF_SKEW = 10.0
 
 
 @dataclass(frozen=True)
@@ -104,8 +106,8 @@ class RoutingKnobs:
 
     @classmethod
     def make(cls, zipf_skew=0.0) -> "RoutingKnobs":
-        """Validated knobs: the skew s is finite and >= 0."""
-        require_real(cls.__name__, "zipf_skew", zipf_skew, 0.0)
+        """Validated knobs: the skew s lies in [0, MAX_ZIPF_SKEW]."""
+        require_real(cls.__name__, "zipf_skew", zipf_skew, 0.0, MAX_ZIPF_SKEW)
         return cls(zipf_skew=jnp.asarray(zipf_skew, jnp.float32))
 
 
@@ -284,7 +286,7 @@ def simulate(stream_id: jax.Array, seed: jax.Array, knobs: RoutingKnobs, inputs:
     return route_layers((seed, stream_id), inputs.iteration, inputs.layers, inputs.token_mask, knobs, config)
 
 
-def token_mask(active_tokens, config: RoutingConfig) -> jax.Array:
+def active_mask(active_tokens, config: RoutingConfig) -> jax.Array:
     """bool[max_tokens]: the first ``active_tokens`` tokens active (a traced count is fine)."""
     return jnp.arange(config.max_tokens, dtype=jnp.int32) < active_tokens
 
