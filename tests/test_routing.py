@@ -57,6 +57,13 @@ def test_distinct_law_dp_matches_brute_force_enumeration():
         np.testing.assert_allclose(r.distinct_experts_pmf(e, k, t), [float(p) for p in brute], rtol=1e-12, atol=0)
 
 
+def test_distinct_law_in_floats_matches_exact_fractions_for_wide_top_k():
+    exact = r.distinct_experts_pmf(200, 100, 2, exact=True)  # C(200, 100) ≈ 9e58
+    np.testing.assert_allclose(r.distinct_experts_pmf(200, 100, 2), [float(p) for p in exact], rtol=1e-9,
+                               atol=1e-300)
+    assert r.distinct_experts_pmf(4096, 2048, 3).sum() == pytest.approx(1.0, abs=1e-9)  # C(E, k) > 1e308
+
+
 @pytest.mark.parametrize("e,k,t", [(8, 2, 3), (256, 8, 64), (64, 4, 1000)])
 def test_distinct_law_mean_is_the_closed_form(e, k, t):
     law = r.distinct_experts_pmf(e, k, t)
@@ -309,6 +316,7 @@ def test_token_count_and_skew_changes_do_not_recompile(kind):
     (dict(routed_experts=8, top_k=2, max_tokens=0), "max_tokens"),
     (dict(routed_experts=8, top_k=2, max_tokens=100.5), "max_tokens"),
     (dict(routed_experts=8, top_k=2, max_tokens=True), "max_tokens"),
+    (dict(routed_experts=4096, top_k=4096, max_tokens=2**19), "max_tokens"),
     (dict(routed_experts=8, top_k=2, sampler="alias"), "sampler"),
     (dict(routed_experts=8, top_k=2, kind="zipf", sampler="floyd"), "sampler"),
     (dict(routed_experts=8, top_k=2, kind="balanced", sampler="gumbel"), "sampler"),

@@ -7,8 +7,9 @@ union of the picks (``needed``), the rows (token-expert assignments) of each exp
 distinct experts. Expert choice kinds (``RoutingConfig.kind``, static: each runs a different loop):
 
 * ``uniform``: each token picks a uniformly random k-subset of the E experts.
-* ``zipf``: expert popularity p ∝ rank^(−s) (``RoutingKnobs.zipf_skew`` s ≥ 0; s = 0 is uniform), each
-  token drawing k distinct experts without replacement under those weights (successive sampling).
+* ``zipf``: expert popularity p ∝ rank^(−s) for ranks 1 … E (``RoutingKnobs.zipf_skew`` s ≥ 0; s = 0 is
+  uniform), each token drawing k distinct experts without replacement under those weights
+  (successive sampling: each draw ∝ p over the experts not yet drawn).
   Which expert has which rank is a random permutation per (stream, layer), persistent across
   iterations (popularity is a property of the layer); token draws are fresh per (iteration, layer,
   token).
@@ -26,7 +27,8 @@ hash (``hbfjax.rng``):
 * ``gumbel`` (uniform and zipf; the ``auto`` choice for zipf): a dense [T, E] key matrix and
   ``lax.top_k``. For zipf the key is log(u)·rank^s, the negated exponential race E/p, which orders
   the experts as Gumbel-top-k on log p does; that is exact for successive sampling without
-  replacement. It costs T·E hashes and a top-k over E per token. For uniform the key is u itself, so
+  replacement. It costs T·E hashes and a top-k over E per token, and holds float32[T, E] keys per
+  layer (float32[L, T, E] in ``route_layers``). For uniform the key is u itself, so
   zipf with s = 0 makes the same picks as uniform ``gumbel`` on the same words (up to float ties).
 
 Hash words: ``words`` identify one (stream, layer), e.g. ``(seed, stream, layer)``. The popularity
@@ -48,7 +50,7 @@ import numpy as np
 
 from hbfjax import rng
 from hbfjax.salts import Salt
-from hbfjax.validate import require, require_choice, require_int, require_real
+from hbfjax.validate import INT32_MAX, require, require_choice, require_int, require_real
 
 KINDS = ("uniform", "zipf", "balanced")
 SAMPLERS = ("auto", "floyd", "gumbel")
@@ -81,6 +83,8 @@ class RoutingConfig:
         require_int(c, "shared_experts", self.shared_experts, 0)
         require_choice(c, "kind", self.kind, KINDS)
         require_int(c, "max_tokens", self.max_tokens, 1, MAX_TOKENS)
+        require(self.max_tokens * self.top_k <= INT32_MAX, c, "max_tokens", self.max_tokens,
+                f"max_tokens × top_k ({self.top_k}) must be <= {INT32_MAX}: rows are int32")
         require_choice(c, "sampler", self.sampler, SAMPLERS)
         allowed = _SAMPLERS_OF_KIND[self.kind]
         require(self.sampler in allowed, c, "sampler", self.sampler,
@@ -252,7 +256,8 @@ def route(words: tuple, iteration, token_mask: jax.Array, knobs: RoutingKnobs, c
     ``words`` identify the (stream, layer) (e.g. ``(seed, stream, layer)``), ``iteration`` is an
     int32[] and ``token_mask`` a bool[max_tokens] of active tokens, so one compilation serves every
     batch size. Shared experts are not in ``needed``/``rows``: each of the
-    ``config.shared_experts`` gets ``shared_rows`` rows.
+    ``config.shared_experts`` gets ``shared_rows`` rows, so a layer with active tokens runs
+    ``distinct_experts + shared_experts`` experts on ``rows.sum() + shared_experts · shared_rows`` rows.
     """
     tokens = token_mask.sum(dtype=jnp.int32)
     if config.kind == "balanced":
@@ -325,14 +330,23 @@ def distinct_experts_pmf(experts: int, top_k: int, tokens: int, exact: bool = Fa
                         new[d + m] += p * hyper[d][m]
             law = new
         return law
-    d = np.arange(e + 1)
-    hyper = np.array([[math.comb(e - di, m) * math.comb(di, k - m) for m in range(k + 1)] for di in d],
-                     dtype=np.float64) / math.comb(e, k)  # [E+1, k+1]
+    # float64[E+1, k+1] in log space (C(E, k) overflows a float for large k); each row is a law, and
+    # normalising it keeps lgamma's rounding (~1e-13) from leaking probability mass token after token
+    log_fact = np.array([math.lgamma(n + 1) for n in range(e + 1)])
+    d, m = np.arange(e + 1)[:, None], np.arange(k + 1)[None, :]
+    possible = (m <= e - d) & (k - m <= d)
+
+    def log_comb(n, r):
+        n, r = np.where(possible, n, 0), np.where(possible, r, 0)
+        return log_fact[n] - log_fact[r] - log_fact[n - r]
+
+    hyper = np.where(possible, np.exp(log_comb(e - d, m) + log_comb(d, k - m) - log_comb(e, k)), 0.0)
+    hyper /= hyper.sum(axis=1, keepdims=True)
     law = np.zeros(e + 1)
     law[0] = 1.0
     for _ in range(t):
         new = np.zeros(e + 1)
-        for m in range(k + 1):
-            new[m:] += law[:e + 1 - m] * hyper[:e + 1 - m, m]
+        for fresh in range(k + 1):  # a token adding ``fresh`` new experts
+            new[fresh:] += law[:e + 1 - fresh] * hyper[:e + 1 - fresh, fresh]
         law = new
     return law
