@@ -18,6 +18,9 @@ from hbfjax.workload import routing as r
 Z = 4.5  # tolerance in standard errors: two-sided false-alarm rate ~7e-6 per check
 SAMPLED = [("uniform", "floyd"), ("uniform", "gumbel"), ("zipf", "gumbel")]  # zipf at s = 0 is uniform
 WORDS = (jnp.uint32(7), jnp.int32(3), jnp.int32(5))  # (seed, stream, layer)
+# jitted once per config: eager dispatch of every small op would dominate these tests' time
+route = jax.jit(r.route, static_argnums=4)
+token_experts = jax.jit(r.token_experts, static_argnums=4)
 
 
 def _run(config, tokens, streams, layers, skew=0.0, seed=0, iteration=0):
@@ -28,7 +31,7 @@ def _run(config, tokens, streams, layers, skew=0.0, seed=0, iteration=0):
 
 
 def _picks(config, mask, words=WORDS, iteration=0, skew=0.0):
-    return np.asarray(r.token_experts(words, jnp.int32(iteration), jnp.asarray(mask), r.RoutingKnobs.make(skew),
+    return np.asarray(token_experts(words, jnp.int32(iteration), jnp.asarray(mask), r.RoutingKnobs.make(skew),
                                       config))
 
 
@@ -123,7 +126,7 @@ def test_rows_count_each_active_tokens_k_distinct_picks(kind, sampler):
         active = picks[mask]
         assert active.min(initial=0) >= 0 and active.max(initial=0) < e
         assert all(len(set(row)) == k for row in active.tolist())
-        out = r.route(words, jnp.int32(trial), jnp.asarray(mask), r.RoutingKnobs.make(1.5), config)
+        out = route(words, jnp.int32(trial), jnp.asarray(mask), r.RoutingKnobs.make(1.5), config)
         rows = np.asarray(out.rows)
         np.testing.assert_array_equal(rows, np.bincount(active.ravel(), minlength=e))
         assert rows.sum() == mask.sum() * k
@@ -133,7 +136,7 @@ def test_rows_count_each_active_tokens_k_distinct_picks(kind, sampler):
 
 def test_no_shared_experts_give_no_shared_rows():
     config = r.RoutingConfig(16, 2, shared_experts=0, max_tokens=8)
-    out = r.route(WORDS, jnp.int32(0), r.active_mask(5, config), r.RoutingKnobs.make(), config)
+    out = route(WORDS, jnp.int32(0), r.active_mask(5, config), r.RoutingKnobs.make(), config)
     assert int(out.shared_rows) == 0 and int(out.rows.sum()) == 10
 
 
@@ -168,7 +171,7 @@ def test_balanced_rows_spread_evenly_over_min_experts_and_rows(e, k):
         for layer in range(4):
             words = (jnp.uint32(1), jnp.int32(2), jnp.int32(layer))
             mask = r.active_mask(tokens, config)
-            out = r.route(words, jnp.int32(layer), mask, knobs, config)
+            out = route(words, jnp.int32(layer), mask, knobs, config)
             rows = np.asarray(out.rows)
             used = min(e, tokens * k)
             assert rows.sum() == tokens * k and int(out.distinct_experts) == used
@@ -185,10 +188,10 @@ def test_balanced_rows_spread_evenly_over_min_experts_and_rows(e, k):
 def test_balanced_choice_is_a_property_of_the_layer():
     config = r.RoutingConfig(64, 2, kind="balanced", max_tokens=8)
     mask, knobs = r.active_mask(3, config), r.RoutingKnobs.make()
-    rows = [np.asarray(r.route(WORDS, jnp.int32(i), mask, knobs, config).rows) for i in range(3)]
+    rows = [np.asarray(route(WORDS, jnp.int32(i), mask, knobs, config).rows) for i in range(3)]
     np.testing.assert_array_equal(rows[0], rows[1])
     np.testing.assert_array_equal(rows[0], rows[2])
-    offsets = {int(np.flatnonzero(r.route((WORDS[0], WORDS[1], jnp.int32(layer)), jnp.int32(0), mask, knobs,
+    offsets = {int(np.flatnonzero(route((WORDS[0], WORDS[1], jnp.int32(layer)), jnp.int32(0), mask, knobs,
                                           config).rows)[0]) for layer in range(20)}
     assert len(offsets) > 10  # the rotation differs between layers
 
@@ -269,9 +272,9 @@ def test_route_layers_is_route_per_layer_word():
     config = r.RoutingConfig(32, 4, kind="zipf", max_tokens=20)
     knobs, mask = r.RoutingKnobs.make(1.0), r.active_mask(13, config)
     layers = jnp.array([0, 3, 7], jnp.int32)
-    both = r.route_layers(WORDS[:2], jnp.int32(2), layers, mask, knobs, config)
+    both = jax.jit(r.route_layers, static_argnums=5)(WORDS[:2], jnp.int32(2), layers, mask, knobs, config)
     for i, layer in enumerate([0, 3, 7]):
-        one = r.route((*WORDS[:2], jnp.int32(layer)), jnp.int32(2), mask, knobs, config)
+        one = route((*WORDS[:2], jnp.int32(layer)), jnp.int32(2), mask, knobs, config)
         for a, b in zip(both, one):
             np.testing.assert_array_equal(np.asarray(a)[i], np.asarray(b))
 
@@ -283,7 +286,7 @@ def test_vmap_over_streams_equals_a_loop(kind):
     knobs = r.RoutingKnobs.make(0.9)
     batched = batch.run(r.simulate, 6, 4, knobs, config, inputs=inputs)
     for s in range(6):
-        one = r.simulate(jnp.int32(s), jnp.uint32(4), knobs, inputs, config)
+        one = jax.jit(r.simulate, static_argnums=4)(jnp.int32(s), jnp.uint32(4), knobs, inputs, config)
         for a, b in zip(batched, one):
             np.testing.assert_array_equal(a[s], np.asarray(b))
 
