@@ -38,6 +38,7 @@ class Salt(IntEnum):
     ROUTE_KEYS = 62
     ROUTE_POPULARITY = 63
     ROUTE_BALANCED_OFFSET = 64
+    ROUTE_SUCCESSIVE = 65
     # erase: GC victims and workloads (hbfjax.flash.erase.gc, gc_overwrite, kv_lifetimes)
     GC_RANDOM_VICTIM = 0x6C
     OVERWRITE_UNIFORM = 0x77

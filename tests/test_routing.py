@@ -16,7 +16,7 @@ from hbfjax.validate import ConfigError
 from hbfjax.workload import routing as r
 
 Z = 4.5  # tolerance in standard errors: two-sided false-alarm rate ~7e-6 per check
-SAMPLED = [("uniform", "floyd"), ("uniform", "gumbel"), ("zipf", "gumbel")]  # zipf at s = 0 is uniform
+SAMPLED = [("uniform", "floyd"), ("uniform", "gumbel"), ("zipf", "successive"), ("zipf", "gumbel")]  # s = 0: uniform
 WORDS = (jnp.uint32(7), jnp.int32(3), jnp.int32(5))  # (seed, stream, layer)
 # jitted once per config: eager dispatch of every small op would dominate these tests' time
 route = jax.jit(r.route, static_argnums=4)
@@ -72,6 +72,31 @@ def test_distinct_law_mean_is_the_closed_form(e, k, t):
     law = r.distinct_experts_pmf(e, k, t)
     assert law.sum() == pytest.approx(1.0, abs=1e-12)
     assert (np.arange(e + 1) * law).sum() == pytest.approx(r.expected_distinct_experts(e, k, t), rel=1e-10)
+
+
+def test_32_bit_draw_below_n_is_the_exact_multiply_high():
+    gen = np.random.default_rng(1)
+    edges = np.array([[0, 2**32 - 1], [2**32 - 1, 1], [2**32 - 1, 2**32 - 1]], np.uint64)
+    h = np.concatenate([gen.integers(0, 2**32, 100_000, dtype=np.uint64), edges[:, 0]])
+    n = np.concatenate([gen.integers(1, 2**32, 100_000, dtype=np.uint64), edges[:, 1]])
+    got = np.asarray(r._below(jnp.asarray(h, jnp.uint32), jnp.asarray(n, jnp.uint32))).astype(np.uint64)
+    np.testing.assert_array_equal(got, (h * n) >> np.uint64(32))
+
+
+@pytest.mark.parametrize("weights,drawn", [([3, 1, 4, 2], [1, 2]), ([5, 1, 1, 1, 2], [4, 0, 2]),
+                                           ([2, 2, 2], []), ([1, 7, 1, 3, 1, 1], [5, 3, 0, 1])])
+def test_successive_draw_skips_drawn_intervals_exactly(weights, drawn):
+    # every integer of the remaining mass, traced by hand: the ranks not drawn, each w times, in order
+    weight = jnp.asarray(weights, jnp.uint32)
+    start = jnp.cumsum(weight, dtype=jnp.uint32) - weight
+    expect = [q for q, w in enumerate(weights) if q not in drawn for _ in range(w)]
+    x = jnp.arange(len(expect), dtype=jnp.uint32)
+    ascending = [jnp.full(x.shape, c, jnp.int32) for c in sorted(drawn)]
+    assert np.asarray(r._rank_at(x, ascending, start, weight)).tolist() == expect
+    columns = []
+    for c in drawn:
+        columns = r._insert_sorted(columns, jnp.array([c], jnp.int32))
+    assert [int(c[0]) for c in columns] == sorted(drawn)
 
 
 def test_expected_distinct_experts_takes_a_traced_token_count():
@@ -223,10 +248,14 @@ def test_popularity_is_a_persistent_permutation_of_rank_powers():
     assert not np.array_equal(rank, other)
 
 
+ZIPF_SAMPLERS = ["successive", "gumbel"]
+
+
+@pytest.mark.parametrize("sampler", ZIPF_SAMPLERS)
 @pytest.mark.parametrize("skew", [0.7, 2.0])
-def test_zipf_inclusion_and_mean_distinct_match_exact_enumeration(skew):
+def test_zipf_inclusion_and_mean_distinct_match_exact_enumeration(skew, sampler):
     e, k, t = 6, 3, 4
-    config = r.RoutingConfig(e, k, kind="zipf", max_tokens=t)
+    config = r.RoutingConfig(e, k, kind="zipf", max_tokens=t, sampler=sampler)
     p = [(q + 1) ** -skew for q in range(e)]
     incl = _successive_inclusion([w / sum(p) for w in p], k)  # by rank
     out = _run(config, t, streams=400, layers=100, skew=skew, seed=3)
@@ -243,18 +272,20 @@ def test_zipf_inclusion_and_mean_distinct_match_exact_enumeration(skew):
     assert abs(d.mean() - exact_mean) < Z * d.std(ddof=1) / math.sqrt(d.size)
 
 
-def test_largest_skew_on_most_experts_still_orders_by_popularity():
+@pytest.mark.parametrize("sampler", ZIPF_SAMPLERS)
+def test_largest_skew_on_most_experts_still_orders_by_popularity(sampler):
     # s = 10 on E = 4096: p(rank 0) ≈ 0.999 and rank 1 beats all colder ranks ~98 % of the time, so a
     # token misses rank 0 or 1 with probability < 1e-11: float32 keys must neither overflow nor tie
-    config = r.RoutingConfig(r.MAX_EXPERTS, 8, kind="zipf", max_tokens=16)
+    config = r.RoutingConfig(r.MAX_EXPERTS, 8, kind="zipf", max_tokens=16, sampler=sampler)
     picks = _picks(config, np.ones(16, bool), skew=r.MAX_ZIPF_SKEW)
     hot = np.argsort(np.asarray(r.expert_rank(WORDS, config)))[:2]
     assert all(len(set(row)) == 8 and set(hot) <= set(row) for row in picks.tolist())
 
 
-def test_more_skew_needs_fewer_distinct_experts():
+@pytest.mark.parametrize("sampler", ZIPF_SAMPLERS)
+def test_more_skew_needs_fewer_distinct_experts(sampler):
     e, k, t = 64, 4, 32
-    config = r.RoutingConfig(e, k, kind="zipf", max_tokens=t)
+    config = r.RoutingConfig(e, k, kind="zipf", max_tokens=t, sampler=sampler)
     means, ses = [], []
     for skew in [0.0, 0.5, 1.0, 2.0]:
         d = _run(config, t, streams=32, layers=32, skew=skew, seed=5).distinct_experts.ravel()
@@ -322,6 +353,7 @@ def test_token_count_and_skew_changes_do_not_recompile(kind):
     (dict(routed_experts=4096, top_k=4096, max_tokens=2**19), "max_tokens"),
     (dict(routed_experts=8, top_k=2, sampler="alias"), "sampler"),
     (dict(routed_experts=8, top_k=2, kind="zipf", sampler="floyd"), "sampler"),
+    (dict(routed_experts=8, top_k=2, kind="uniform", sampler="successive"), "sampler"),
     (dict(routed_experts=8, top_k=2, kind="balanced", sampler="gumbel"), "sampler"),
 ])
 def test_bad_configs_are_refused_naming_the_field(kwargs, field):

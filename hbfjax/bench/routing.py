@@ -2,9 +2,10 @@
 256 routed experts, top-8, one shared expert; DASH §VI-E's 8,192-token iteration budget).
 
 One event is one token's top-k in one layer. The reference does the same work the plain NumPy way,
-one stream at a time, with the same algorithm as the row: Floyd's algorithm vectorised over tokens,
-or ``argpartition`` of a dense [T, E] key matrix (uniform keys u, zipf keys log(u)·rank^s), or the
-balanced closed form; then ``np.bincount`` of the rows. The dense rows route fewer streams, since
+one stream at a time, with the same algorithm as the row, vectorised over tokens: Floyd's algorithm,
+successive sampling on the integer inverse CDF, ``argpartition`` of a dense [T, E] key matrix
+(uniform keys u, zipf keys log(u)·rank^s), or the balanced closed form; then ``np.bincount`` of the
+rows. The dense rows route fewer streams, since
 their keys alone take T·E·4 bytes per layer.
 """
 
@@ -31,6 +32,17 @@ def _reference_picks(gen: np.random.Generator, sampler: str, skew: float) -> np.
             taken = (picks[:, :j] == pick[:, None]).any(axis=1)
             picks[:, j] = np.where(taken, top, pick)
         return picks
+    if sampler == "successive":
+        p = np.arange(1, EXPERTS + 1) ** -skew
+        weight = np.floor(p / p.sum() * 2**31).astype(np.int64) + 1
+        start = np.cumsum(weight) - weight
+        drawn = np.empty((TOKENS, 0), np.int64)
+        for _ in range(TOP_K):
+            x = gen.integers(0, weight.sum() - weight[drawn].sum(axis=1))
+            for c in np.sort(drawn, axis=1).T:
+                x = np.where(x >= start[c], x + weight[c], x)
+            drawn = np.column_stack([drawn, np.searchsorted(start, x, side="right") - 1])
+        return gen.permutation(EXPERTS)[drawn]
     keys = np.log(gen.random((TOKENS, EXPERTS))) * (gen.permutation(EXPERTS) + 1.0) ** skew
     return np.argpartition(-keys, TOP_K, axis=1)[:, :TOP_K]
 
@@ -53,7 +65,8 @@ def run(scale: float) -> list[dict]:
     streams = max(4, int(64 * scale))
     gen = np.random.default_rng(0)
     cases = [("uniform", "floyd", 0.0, streams), ("uniform", "gumbel", 0.0, max(1, streams // 16)),
-             ("zipf", "gumbel", 1.0, max(1, streams // 16)), ("balanced", "auto", 0.0, streams)]
+             ("zipf", "successive", 1.0, streams), ("zipf", "gumbel", 1.0, max(1, streams // 16)),
+             ("balanced", "auto", 0.0, streams)]
     for kind, sampler, skew, n_streams in cases:
         config = routing.RoutingConfig(EXPERTS, TOP_K, SHARED, kind, TOKENS, sampler)
         inputs = routing.RoutingInputs(routing.active_mask(TOKENS, config), jnp.int32(0),

@@ -18,18 +18,23 @@ distinct experts. Expert choice kinds (``RoutingConfig.kind``, static: each runs
   experts are n consecutive ids (mod E) from a rotation drawn per (stream, layer), persistent across
   iterations: the routing is a deterministic function of the layer and T.
 
-Samplers (``RoutingConfig.sampler``, static), each exact up to the 24-bit resolution of the counter
-hash (``hbfjax.rng``):
+Samplers (``RoutingConfig.sampler``, static):
 
-* ``floyd`` (uniform only; the ``auto`` choice for it): Floyd's algorithm, a partial Fisher–Yates
-  without the array. Step j of k draws r uniform on {0, …, E−k+j} and takes r, or E−k+j if r was
-  already taken. That is k hashes and k(k−1)/2 comparisons per token, with no rejection loop.
-* ``gumbel`` (uniform and zipf; the ``auto`` choice for zipf): a dense [T, E] key matrix and
-  ``lax.top_k``. For zipf the key is log(u)·rank^s, the negated exponential race E/p, which orders
-  the experts as Gumbel-top-k on log p does; that is exact for successive sampling without
-  replacement. It costs T·E hashes and a top-k over E per token, and holds float32[T, E] keys per
-  layer (float32[L, T, E] in ``route_layers``). For uniform the key is u itself, so
-  zipf with s = 0 makes the same picks as uniform ``gumbel`` on the same words (up to float ties).
+* ``floyd`` (uniform; its ``auto``): Floyd's algorithm, a partial Fisher–Yates without the array.
+  Step j of k draws r uniform on {0, …, E−k+j} and takes r, or E−k+j if r was already taken. That is
+  k hashes and k(k−1)/2 comparisons per token, with no rejection loop. Each draw is within 2^-32 of
+  uniform (32-bit multiply-high).
+* ``successive`` (zipf; its ``auto``): successive sampling on an integer inverse CDF of the
+  popularity weights (quantised to multiples of 2^-31, plus 2^-31 so every expert stays drawable).
+  Draw j skips the intervals already drawn exactly, so no rejection and no repeat. That is k hashes,
+  k(k−1)/2 compare-adds and k binary searches over E per token.
+* ``gumbel`` (uniform and zipf): a dense [T, E] key matrix and ``lax.top_k``. For zipf the key is
+  log(u)·rank^s, the negated exponential race E/p, which orders the experts as Gumbel-top-k on
+  log p does: exact for successive sampling without replacement, up to the 24-bit u of each key.
+  It costs T·E hashes and a top-k over E per token, and holds float32[T, E] keys per layer
+  (float32[L, T, E] in ``route_layers``). For uniform the key is u itself, so zipf with s = 0 makes
+  the same picks as uniform ``gumbel`` on the same words (up to float ties). It is the reference
+  formulation the other two are tested against in distribution.
 
 Hash words: ``words`` identify one (stream, layer), e.g. ``(seed, stream, layer)``. The popularity
 permutation and the balanced rotation hash those alone. Token draws also hash ``iteration``. Rows
@@ -53,8 +58,9 @@ from hbfjax.salts import Salt
 from hbfjax.validate import INT32_MAX, require, require_choice, require_int, require_real
 
 KINDS = ("uniform", "zipf", "balanced")
-SAMPLERS = ("auto", "floyd", "gumbel")
-_SAMPLERS_OF_KIND = {"uniform": SAMPLERS, "zipf": ("auto", "gumbel"), "balanced": ("auto",)}
+SAMPLERS = ("auto", "floyd", "successive", "gumbel")
+_SAMPLERS_OF_KIND = {"uniform": ("auto", "floyd", "gumbel"), "zipf": ("auto", "successive", "gumbel"),
+                     "balanced": ("auto",)}
 # A token-expert hash word t·E + e must stay below 2^31 (no two draws of one layer share a word).
 MAX_EXPERTS = 4096
 MAX_TOKENS = 2**19
@@ -92,13 +98,13 @@ class RoutingConfig:
 
     @property
     def resolved_sampler(self) -> str:
-        """The sampler that runs: ``floyd`` for uniform and ``gumbel`` for zipf under ``auto``;
+        """The sampler that runs: ``floyd`` for uniform and ``successive`` for zipf under ``auto``;
         ``balanced`` for the balanced kind (no draws per token)."""
         if self.kind == "balanced":
             return "balanced"
         if self.sampler != "auto":
             return self.sampler
-        return "floyd" if self.kind == "uniform" else "gumbel"
+        return "floyd" if self.kind == "uniform" else "successive"
 
 
 @jax.tree_util.register_dataclass
@@ -142,6 +148,17 @@ def expert_popularity(words: tuple, knobs: RoutingKnobs, config: RoutingConfig) 
     return jax.nn.softmax(-knobs.zipf_skew * jnp.log1p(expert_rank(words, config).astype(jnp.float32)))
 
 
+def _below(h: jax.Array, n: jax.Array) -> jax.Array:
+    """uint32 ⌊h·n / 2^32⌋: uniform on {0, …, n−1} from a uint32 hash h, every value within 2^-32 of
+    probability 1/n (32-bit multiply-high in 16-bit halves, since float32 ``uniform_index`` keeps only
+    24 bits)."""
+    h1, h0 = h >> 16, h & 0xFFFF
+    n1, n0 = n >> 16, n & 0xFFFF
+    cross_a, cross_b = h1 * n0, h0 * n1
+    carry = ((h0 * n0) >> 16) + (cross_a & 0xFFFF) + (cross_b & 0xFFFF)
+    return h1 * n1 + (cross_a >> 16) + (cross_b >> 16) + (carry >> 16)
+
+
 def _floyd(h: jax.Array, experts: int, k: int, tokens: int) -> jax.Array:
     """int32[T, k]: a uniform k-subset of {0, …, E−1} per token by Floyd's algorithm."""
     word = jnp.arange(tokens, dtype=jnp.uint32)[:, None] * k + jnp.arange(k, dtype=jnp.uint32)
@@ -149,12 +166,57 @@ def _floyd(h: jax.Array, experts: int, k: int, tokens: int) -> jax.Array:
     picks: list[jax.Array] = []
     for j in range(k):
         top = experts - k + j  # step j draws from {0, …, top}; top itself is never taken before step j
-        r = rng.uniform_index(draws[:, j], top + 1)
+        r = _below(draws[:, j], jnp.uint32(top + 1)).astype(jnp.int32)
         taken = jnp.zeros(r.shape, bool)
         for p in picks:
             taken = taken | (p == r)
         picks.append(jnp.where(taken, top, r))
     return jnp.stack(picks, axis=1)
+
+
+def _successive(words: tuple, iteration, knobs: RoutingKnobs, config: RoutingConfig) -> jax.Array:
+    """int32[T, k] by successive sampling on an integer inverse CDF over popularity ranks.
+
+    Each rank r gets an integer weight w_r = ⌊p_r·2^31⌋ + 1 (every expert stays drawable). Draw j
+    takes x uniform on [0, mass of the ranks not yet drawn) and walks the drawn ranks in ascending
+    order, adding w_c wherever x has reached c's interval, so that x indexes the full table with the
+    drawn intervals skipped. It then finds x's rank by binary search. All of it is exact integer
+    arithmetic, so a token never draws a rank twice.
+    """
+    e, k = config.routed_experts, config.top_k
+    expert_of_rank = jnp.argsort(expert_rank(words, config)).astype(jnp.int32)  # int32[E]
+    p = jax.nn.softmax(-knobs.zipf_skew * jnp.log1p(jnp.arange(e, dtype=jnp.float32)))  # float32[E] by rank
+    weight = jnp.floor(p * jnp.float32(2**31)).astype(jnp.uint32) + 1  # uint32[E]; Σ < 2^31 + E + rounding
+    start = jnp.cumsum(weight, dtype=jnp.uint32) - weight  # uint32[E] first integer of each rank
+    word = jnp.arange(config.max_tokens, dtype=jnp.uint32)[:, None] * k + jnp.arange(k, dtype=jnp.uint32)
+    draws = rng.mix(_token_hash(words, iteration, Salt.ROUTE_SUCCESSIVE), word)  # uint32[T, k]
+    left = jnp.broadcast_to(weight.sum(dtype=jnp.uint32), (config.max_tokens,))  # uint32[T] mass not drawn
+    ascending: list[jax.Array] = []  # int32[T] each: ranks drawn so far, sorted
+    drawn: list[jax.Array] = []  # int32[T] each: ranks in draw order
+    for j in range(k):
+        q = _rank_at(_below(draws[:, j], left), ascending, start, weight)
+        left = left - weight[q]
+        drawn.append(q)
+        ascending = _insert_sorted(ascending, q)
+    return expert_of_rank[jnp.stack(drawn, axis=1)]
+
+
+def _rank_at(x: jax.Array, ascending: list[jax.Array], start: jax.Array, weight: jax.Array) -> jax.Array:
+    """int32[T]: the rank whose interval holds integer x (uint32[T]) once the intervals of the drawn
+    ranks ``ascending`` are taken out of the table (``start``, ``weight``: uint32[E])."""
+    for c in ascending:  # ascending: each shift is judged against intervals already restored below c
+        x = jnp.where(x >= start[c], x + weight[c], x)
+    return (jnp.searchsorted(start, x, side="right", method="scan") - 1).astype(jnp.int32)
+
+
+def _insert_sorted(ascending: list[jax.Array], q: jax.Array) -> list[jax.Array]:
+    """The elementwise sorted lists ``ascending`` (each int32[T], increasing along the list) with q
+    (int32[T], absent from them) inserted."""
+    out = []
+    for i in range(len(ascending) + 1):
+        value = q if i == 0 else jnp.where(ascending[i - 1] < q, q, ascending[i - 1])
+        out.append(value if i == len(ascending) else jnp.where(ascending[i] < q, ascending[i], value))
+    return out
 
 
 def _gumbel_keys(h: jax.Array, experts: int, tokens: int) -> jax.Array:
@@ -205,6 +267,8 @@ def token_experts(words: tuple, iteration, token_mask: jax.Array, knobs: Routing
     elif sampler == "floyd":
         picks = _floyd(_token_hash(words, iteration, Salt.ROUTE_FLOYD), config.routed_experts, config.top_k,
                        config.max_tokens)
+    elif sampler == "successive":
+        picks = _successive(words, iteration, knobs, config)
     else:
         picks = _top_k_picks(words, iteration, knobs, config)
     return jnp.where(token_mask[:, None], picks, -1)
