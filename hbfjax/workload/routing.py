@@ -33,8 +33,10 @@ Samplers (``RoutingConfig.sampler``, static):
   log p does: exact for successive sampling without replacement, up to the 24-bit u of each key.
   It costs T·E hashes and a top-k over E per token, and holds float32[T, E] keys per layer
   (float32[L, T, E] in ``route_layers``). For uniform the key is u itself, so zipf with s = 0 makes
-  the same picks as uniform ``gumbel`` on the same words (up to float ties). It is the reference
-  formulation the other two are tested against in distribution.
+  the same picks as uniform ``gumbel`` on the same words (up to float ties).
+
+All samplers are tested against the same exact laws (``tests/test_routing.py``): the distinct-expert
+law, equally likely k-subsets, and zipf inclusion probabilities by enumeration.
 
 Hash words: ``words`` identify one (stream, layer), e.g. ``(seed, stream, layer)``. The popularity
 permutation and the balanced rotation hash those alone. Token draws also hash ``iteration``. Rows
