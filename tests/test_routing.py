@@ -322,6 +322,17 @@ def test_vmap_over_streams_equals_a_loop(kind):
             np.testing.assert_array_equal(a[s], np.asarray(b))
 
 
+def test_a_skew_sweep_on_the_knob_axis_equals_separate_runs():
+    config = r.RoutingConfig(32, 4, kind="zipf", max_tokens=40)
+    inputs = r.RoutingInputs(r.active_mask(30, config), jnp.int32(1), jnp.arange(4, dtype=jnp.int32))
+    skews = [0.0, 1.0, 2.5]
+    swept = batch.run(r.simulate, 5, 2, batch.stack_knobs([r.RoutingKnobs.make(s) for s in skews]), config,
+                      inputs=inputs, knob_axis=True)
+    for i, skew in enumerate(skews):
+        np.testing.assert_array_equal(swept.rows[:, i], batch.run(r.simulate, 5, 2, r.RoutingKnobs.make(skew),
+                                                                  config, inputs=inputs).rows)
+
+
 @pytest.mark.parametrize("kind", r.KINDS)
 def test_token_count_and_skew_changes_do_not_recompile(kind):
     config = r.RoutingConfig(40, 5, kind=kind, max_tokens=50)
