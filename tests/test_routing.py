@@ -251,6 +251,18 @@ def test_popularity_is_a_persistent_permutation_of_rank_powers():
 ZIPF_SAMPLERS = ["successive", "gumbel"]
 
 
+def test_popularity_orders_are_equally_likely_permutations():
+    config = r.RoutingConfig(4, 1, kind="zipf", max_tokens=1)
+    order_of = jax.jit(jax.vmap(jax.vmap(lambda s, layer: r.expert_order((jnp.uint32(9), s, layer), config),
+                                         (None, 0)), (0, None)))
+    orders = np.asarray(order_of(jnp.arange(600, dtype=jnp.int32), jnp.arange(200, dtype=jnp.int32))).reshape(-1, 4)
+    index = {p: i for i, p in enumerate(itertools.permutations(range(4)))}
+    counts = np.bincount([index[tuple(o)] for o in orders.tolist()], minlength=24)
+    _assert_counts_match_law(counts, [1 / 24] * 24)
+    rank = np.asarray(r.expert_rank(WORDS, config))
+    np.testing.assert_array_equal(np.asarray(r.expert_order(WORDS, config))[rank], np.arange(4))
+
+
 @pytest.mark.parametrize("sampler", ZIPF_SAMPLERS)
 @pytest.mark.parametrize("skew", [0.7, 2.0])
 def test_zipf_inclusion_and_mean_distinct_match_exact_enumeration(skew, sampler):
