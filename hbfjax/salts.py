@@ -33,6 +33,12 @@ class Salt(IntEnum):
     WB_PREFILL = 43
     # programs: synthetic backlog (hbfjax.flash.programs.backlog)
     BACKLOG_ARRIVALS = 51
+    # workload: MoE routing (hbfjax.workload.routing); 61-69 belong to routing
+    ROUTE_FLOYD = 61
+    ROUTE_KEYS = 62
+    ROUTE_POPULARITY = 63
+    ROUTE_BALANCED_OFFSET = 64
+    ROUTE_SUCCESSIVE = 65
     # workload: request streams (hbfjax.workload.requests); 71-79 reserved for it
     REQ_GAP = 71  # exponential inter-arrival gap of request i
     REQ_GAMMA = 72  # Marsaglia-Tsang gamma gap of request i (words: try, part)
