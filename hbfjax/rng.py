@@ -52,6 +52,18 @@ def uniform_index(h: jax.Array, n) -> jax.Array:
     return jnp.minimum(idx, n.astype(jnp.int32) - 1)
 
 
+def below(h: jax.Array, n: jax.Array) -> jax.Array:
+    """uint32 ⌊h·n / 2^32⌋: uniform on {0, …, n−1} from a uint32 hash h, every value within 2^-32 of
+    probability 1/n (a 32-bit multiply-high in 16-bit halves; :func:`uniform_index` keeps 24 bits)."""
+    h = jnp.asarray(h, jnp.uint32)
+    n = jnp.asarray(n, jnp.uint32)
+    h1, h0 = h >> 16, h & 0xFFFF
+    n1, n0 = n >> 16, n & 0xFFFF
+    cross_a, cross_b = h1 * n0, h0 * n1
+    carry = ((h0 * n0) >> 16) + (cross_a & 0xFFFF) + (cross_b & 0xFFFF)
+    return h1 * n1 + (cross_a >> 16) + (cross_b >> 16) + (carry >> 16)
+
+
 def seed_word(seed: int) -> jax.Array:
     """A user seed (any Python int) as the uint32 first word of every hash."""
     return jnp.uint32(seed % (1 << 32))

@@ -74,15 +74,6 @@ def test_distinct_law_mean_is_the_closed_form(e, k, t):
     assert (np.arange(e + 1) * law).sum() == pytest.approx(r.expected_distinct_experts(e, k, t), rel=1e-10)
 
 
-def test_32_bit_draw_below_n_is_the_exact_multiply_high():
-    gen = np.random.default_rng(1)
-    edges = np.array([[0, 2**32 - 1], [2**32 - 1, 1], [2**32 - 1, 2**32 - 1]], np.uint64)
-    h = np.concatenate([gen.integers(0, 2**32, 100_000, dtype=np.uint64), edges[:, 0]])
-    n = np.concatenate([gen.integers(1, 2**32, 100_000, dtype=np.uint64), edges[:, 1]])
-    got = np.asarray(r._below(jnp.asarray(h, jnp.uint32), jnp.asarray(n, jnp.uint32))).astype(np.uint64)
-    np.testing.assert_array_equal(got, (h * n) >> np.uint64(32))
-
-
 @pytest.mark.parametrize("weights,drawn", [([3, 1, 4, 2], [1, 2]), ([5, 1, 1, 1, 2], [4, 0, 2]),
                                            ([2, 2, 2], []), ([1, 7, 1, 3, 1, 1], [5, 3, 0, 1])])
 def test_successive_draw_skips_drawn_intervals_exactly(weights, drawn):

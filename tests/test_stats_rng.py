@@ -68,3 +68,12 @@ def test_every_hash_salt_is_named_once_with_a_distinct_value():
                     literal = isinstance(arg, ast.Constant) and isinstance(arg.value, int)
                     assert not literal, f"{path.name}:{node.lineno}: inline numeric salt {arg.value}"
                     assert not (isinstance(arg, ast.Name) and arg.id.startswith("SALT")), f"{path.name}:{node.lineno}"
+
+
+def test_32_bit_draw_below_n_is_the_exact_multiply_high():
+    gen = np.random.default_rng(1)
+    edges = np.array([[0, 2**32 - 1], [2**32 - 1, 1], [2**32 - 1, 2**32 - 1]], np.uint64)
+    h = np.concatenate([gen.integers(0, 2**32, 100_000, dtype=np.uint64), edges[:, 0]])
+    n = np.concatenate([gen.integers(1, 2**32, 100_000, dtype=np.uint64), edges[:, 1]])
+    got = np.asarray(rng.below(jnp.asarray(h, jnp.uint32), jnp.asarray(n, jnp.uint32))).astype(np.uint64)
+    np.testing.assert_array_equal(got, (h * n) >> np.uint64(32))

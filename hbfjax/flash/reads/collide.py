@@ -22,14 +22,13 @@ compilation covers a sweep over them.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from hbfjax import rng
+from hbfjax import counting, rng
 from hbfjax.salts import Salt
 from hbfjax.validate import ConfigError, require, require_int, require_real
 
@@ -118,44 +117,13 @@ def place_pages(placement: str, words: tuple, page_index: jax.Array, planes: int
     return striped_plane(group, offset, stripe, knobs.group_size)
 
 
-@functools.cache
-def _plane_loads_fn(planes: int):
-    """Page counter for ``planes`` bins whose vmap is one flat scatter over all streams.
-
-    Vmapping a scatter-add batches it row by row; its batching rule here instead offsets each
-    stream's plane ids by stream × planes and counts everything in one flat int32 scatter, which
-    is 2–3× faster on a CPU (DESIGN.md §3: one flat scatter over all streams). Nested vmaps
-    (streams × knob points) flatten level by level.
-    """
-
-    @jax.custom_batching.custom_vmap
-    def loads(plane, weight):
-        return jnp.zeros((planes,), jnp.int32).at[plane.reshape(-1)].add(weight.reshape(-1), mode="promise_in_bounds")
-
-    @loads.def_vmap
-    def _flat(axis_size, in_batched, plane, weight):
-        plane_batched, weight_batched = in_batched
-        if not plane_batched:
-            plane = jnp.broadcast_to(plane, (axis_size,) + plane.shape)
-        if not weight_batched:
-            weight = jnp.broadcast_to(weight, (axis_size,) + weight.shape)
-        if axis_size * planes >= 2**31:
-            raise ConfigError(f"{axis_size} batched counters × {planes} bins exceed int32 indexing; "
-                             "simulate fewer streams at once (batch.run's chunk_streams)")
-        offset = (jnp.arange(axis_size, dtype=jnp.int32) * planes).reshape((axis_size,) + (1,) * (plane.ndim - 1))
-        flat = _plane_loads_fn(axis_size * planes)(plane + offset, weight)
-        return flat.reshape(axis_size, planes), True
-
-    return loads
-
-
 def plane_loads(plane: jax.Array, valid: jax.Array, planes: int) -> jax.Array:
     """int32 [planes]: pages on each plane; ``valid`` (bool or int32 weight) masks pages out.
 
     Counts are int32 (float scatter-add is slow on some jaxlib releases, DESIGN.md §3). Plane ids
     must lie in [0, planes).
     """
-    return _plane_loads_fn(planes)(plane.astype(jnp.int32), valid.astype(jnp.int32))
+    return counting.bincount(plane, valid, planes)
 
 
 def max_load(loads: jax.Array) -> jax.Array:
