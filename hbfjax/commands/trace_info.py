@@ -6,7 +6,8 @@ CSV, Mooncake JSONL, SWE-bench CSV or per-session JSONL, Bailian JSONL). Units: 
 second, tokens. Quantiles are linearly interpolated (NumPy's default). arrival_rate_per_s is
 (requests − 1) / duration_s, the rate between the first and the last arrival. Sessions are the
 schema's own (SWE-bench session ids, Bailian parent links) or rebuilt from block hashes (Mooncake:
-each request's parent is the earlier request with the longest common block prefix);
+each request's parent is the earlier request with the longest common block prefix, beyond the blocks
+every request of the trace shares);
 prefix_reusable_block_fraction is the fraction of all prompt blocks whose whole prefix, up to and
 including that block, began an earlier request (null where the schema has no block hashes).
 """
