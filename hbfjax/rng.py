@@ -52,6 +52,21 @@ def uniform_index(h: jax.Array, n) -> jax.Array:
     return jnp.minimum(idx, n.astype(jnp.int32) - 1)
 
 
+def open01(h: jax.Array) -> jax.Array:
+    """float32 in (0, 1] from a uint32 hash (1 − :func:`uniform01`, exact): safe under a logarithm."""
+    return 1.0 - uniform01(h)
+
+
+def exponential(h: jax.Array) -> jax.Array:
+    """Standard exponential variate (mean 1) from a uint32 hash by the inverse CDF (≤ 16.6 from 24 bits)."""
+    return -jnp.log1p(-uniform01(h))
+
+
+def normal(h_radius: jax.Array, h_angle: jax.Array) -> jax.Array:
+    """Standard normal variate from two uint32 hashes (Box–Muller; |z| ≤ 5.8 from 24-bit uniforms)."""
+    return jnp.sqrt(2.0 * exponential(h_radius)) * jnp.cos(2.0 * jnp.pi * uniform01(h_angle))
+
+
 def below(h: jax.Array, n: jax.Array) -> jax.Array:
     """uint32 ⌊h·n / 2^32⌋: uniform on {0, …, n−1} from a uint32 hash h, every value within 2^-32 of
     probability 1/n (a 32-bit multiply-high in 16-bit halves; :func:`uniform_index` keeps 24 bits)."""

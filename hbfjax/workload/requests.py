@@ -309,17 +309,6 @@ class TraceInputs:
 
 # --- random variates from the counter hash ---------------------------------------------------------
 
-def _open01(h: jax.Array) -> jax.Array:
-    """float32 in (0, 1] from a hash (1 − uniform01): safe under a logarithm."""
-    return 1.0 - rng.uniform01(h)
-
-
-def normal(h_radius: jax.Array, h_angle: jax.Array) -> jax.Array:
-    """Standard normal from two hashes (Box–Muller; |z| <= 5.8 from 24-bit uniforms)."""
-    r = jnp.sqrt(-2.0 * jnp.log(_open01(h_radius)))
-    return r * jnp.cos(jnp.float32(2 * math.pi) * rng.uniform01(h_angle))
-
-
 def standard_gamma(seed, stream, index, shape, tries: int) -> tuple[jax.Array, jax.Array]:
     """Gamma(shape, 1) variates for requests ``index`` (any shape) by Marsaglia–Tsang (2000), and whether
     one of the ``tries`` proposals was accepted.
@@ -337,15 +326,15 @@ def standard_gamma(seed, stream, index, shape, tries: int) -> tuple[jax.Array, j
     d = a - jnp.float32(1.0 / 3.0)
     c = jax.lax.rsqrt(9.0 * d)
     t = jnp.arange(tries, dtype=jnp.int32).reshape((tries,) + (1,) * index.ndim)
-    x = normal(rng.mix(seed, stream, index, Salt.REQ_GAMMA, t, _Part.RADIUS),
+    x = rng.normal(rng.mix(seed, stream, index, Salt.REQ_GAMMA, t, _Part.RADIUS),
                rng.mix(seed, stream, index, Salt.REQ_GAMMA, t, _Part.ANGLE))
     v = (1.0 + c * x) ** 3
-    log_u = jnp.log(_open01(rng.mix(seed, stream, index, Salt.REQ_GAMMA, t, _Part.ACCEPT)))
+    log_u = jnp.log(rng.open01(rng.mix(seed, stream, index, Salt.REQ_GAMMA, t, _Part.ACCEPT)))
     ok = (v > 0) & (log_u < 0.5 * x * x + d - d * v + d * jnp.log(jnp.maximum(v, 1e-30)))
     first = jnp.argmax(ok, axis=0)
     accepted = jnp.any(ok, axis=0)
     g = jnp.where(accepted, d * jnp.take_along_axis(v, first[None], axis=0)[0], d)
-    boost = _open01(rng.mix(seed, stream, index, Salt.REQ_GAMMA, _Part.BOOST)) ** (1.0 / shape)
+    boost = rng.open01(rng.mix(seed, stream, index, Salt.REQ_GAMMA, _Part.BOOST)) ** (1.0 / shape)
     return jnp.where(small, g * boost, g), accepted
 
 
@@ -363,7 +352,7 @@ def arrivals(seed, stream, knobs: RequestKnobs, config: RequestsConfig) -> tuple
         return clock.zeros(i.shape), i < knobs.batch
     mean_gap_us = jnp.float32(clock.US_PER_S) / knobs.rate_per_s
     if config.arrivals == "poisson":
-        unit = -jnp.log(_open01(rng.mix(seed, stream, i, Salt.REQ_GAP)))
+        unit = rng.exponential(rng.mix(seed, stream, i, Salt.REQ_GAP))
     else:
         k = 1.0 / (knobs.cv * knobs.cv)
         unit = standard_gamma(seed, stream, i, k, config.gamma_tries)[0] / k
@@ -381,7 +370,7 @@ def lengths(seed, stream, law: LengthKnobs, mode: str, salt: Salt, count: int) -
     if mode == "uniform":
         return law.lo + rng.uniform_index(rng.mix(seed, stream, i, salt), law.hi - law.lo + 1)
     if mode == "lognormal":
-        z = normal(rng.mix(seed, stream, i, salt, _Part.RADIUS), rng.mix(seed, stream, i, salt, _Part.ANGLE))
+        z = rng.normal(rng.mix(seed, stream, i, salt, _Part.RADIUS), rng.mix(seed, stream, i, salt, _Part.ANGLE))
         x = jnp.exp(jnp.log(law.median) + law.sigma * z)
         return jnp.clip(jnp.round(x), 1, MAX_TOKENS).astype(jnp.int32)
     raise ConfigError(f"lengths.mode = {mode!r}: must be one of ('fixed', 'uniform', 'lognormal')")
@@ -487,7 +476,7 @@ def _bootstrap(seed, stream, knobs: RequestKnobs, inputs: TraceInputs, config: R
     factor = knobs.rate_factor
     m = jnp.arange(m_count + 1, dtype=jnp.int32)
     mean_gap_us = clock.diff_us(inputs.period, clock.zeros()) / inputs.sessions.astype(jnp.float32) / factor
-    gaps = -jnp.log(_open01(rng.mix(seed, stream, m, Salt.REQ_BOOT_START))) * mean_gap_us
+    gaps = rng.exponential(rng.mix(seed, stream, m, Salt.REQ_BOOT_START)) * mean_gap_us
     starts = clock.cumsum(_clock_steps(jnp.round(gaps * _TICK_PER_US) / _TICK_PER_US))  # Clock[M + 1]
     pick = rng.uniform_index(rng.mix(seed, stream, m[:-1], Salt.REQ_BOOT_SESSION), inputs.sessions)
     rows = inputs.turns[pick]  # int32[M, L] trace requests of each drawn session

@@ -228,14 +228,13 @@ def init_state(config: KvConfig) -> KvState:
 def draw_lifetime(words: tuple, serial, knobs: KvKnobs, kind: str) -> jax.Array:
     """int32 lifetime ≥ 1 tick of request ``serial`` (counter hash; exponential, deterministic, lognormal)."""
     mean = knobs.mean_lifetime_ticks
-    u = rng.uniform01(rng.mix(*words, serial, Salt.LIFETIME_U1))
+    h1 = rng.mix(*words, serial, Salt.LIFETIME_U1)
     if kind == "deterministic":
-        life = jnp.broadcast_to(mean, u.shape)
+        life = jnp.broadcast_to(mean, jnp.shape(h1)).astype(jnp.float32)
     elif kind == "exponential":
-        life = -mean * jnp.log1p(-u)
-    else:  # lognormal with the given mean: median = mean·exp(−σ²/2); normal by Box–Muller
-        u2 = rng.uniform01(rng.mix(*words, serial, Salt.LIFETIME_U2))
-        z = jnp.sqrt(-2.0 * jnp.log1p(-u)) * jnp.cos(2.0 * jnp.pi * u2)
+        life = mean * rng.exponential(h1)
+    else:  # lognormal with the given mean: median = mean·exp(−σ²/2)
+        z = rng.normal(h1, rng.mix(*words, serial, Salt.LIFETIME_U2))
         sig = knobs.lifetime_sigma
         life = mean * jnp.exp(sig * z - 0.5 * sig * sig)
     return jnp.maximum(jnp.round(life), 1.0).astype(jnp.int32)
