@@ -263,3 +263,11 @@ def test_delivery_is_jit_and_vmap_safe():
         # the shared-array floor makes many splits tie: jit may pick another one of equal time
         assert float(batched.delivery_us[i]) == pytest.approx(float(one.delivery_us), rel=1e-6)
         assert float(batched.direct_experts[i] + batched.relay_experts[i]) == float(n)
+
+
+def test_needed_masks_of_several_layers_give_one_delivery_per_layer():
+    needed = jnp.array([[True] * 8, [True, False] * 4, [False] * 8])  # bool[L = 3, E = 8], e.g. Routing.needed
+    out = d.expert_delivery(needed, 4e6, tiny())
+    assert out.delivery_us.shape == (3,)
+    for layer, count in enumerate((8, 4, 0)):
+        assert float(out.delivery_us[layer]) == pytest.approx(deliver(count, 4e6, tiny()).delivery_us, rel=1e-6)

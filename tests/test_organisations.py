@@ -120,3 +120,18 @@ def test_bad_knobs_are_refused_naming_field_value_and_rule(changes, message):
     with pytest.raises(ConfigError) as err:
         o.dash(**changes)
     assert message in str(err.value), str(err.value)
+
+
+def test_tier_bytes_count_replicas_in_both_tiers():
+    k = o.dash()
+    used = np.asarray(o.tier_bytes(jnp.array([10.0, 100.0, 1000.0, 10000.0]), k))
+    # dense weights replicated (both), experts and prefill KV in HBF, decode KV in HBM
+    np.testing.assert_array_equal(used, [10.0 + 10000.0, 10.0 + 100.0 + 1000.0])
+    np.testing.assert_allclose(np.asarray(o.capacity_bytes(k)), [48e9, 2 * hardware.preset("dash").hbf.capacity_bytes / 2],
+                               rtol=1e-6)
+    assert float(o.page_wave_bytes(k)) == 16 * 2**20  # DASH §VI-A: 16 MiB across two stacks
+
+
+def test_writeback_without_hbm_hbf_links_goes_through_the_gpu():
+    assert float(d.hbm_to_hbf_gbps(o.dash())) == 3200.0  # two HBM–HBF links
+    assert float(d.hbm_to_hbf_gbps(o.direct_only(gpu_hbm_gbps=1000.0))) == 2000.0  # min(GPU–HBM, Direct)

@@ -23,6 +23,7 @@ may have been obtained).
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import jax
@@ -74,6 +75,14 @@ def rates(knobs: OrgKnobs) -> Rates:
         sram_gbps=knobs.hbf_sram_region_bytes * per_tr,
         pairs=pairs,
     )
+
+
+def hbm_to_hbf_gbps(knobs: OrgKnobs) -> jax.Array:
+    """float32[]: the rate of moving HBM-resident data (decode KV writeback, DASH §V-B) into HBF: over
+    the pairs' HBM–HBF links where they exist, else through the GPU (in over the GPU–HBM links, out
+    over Direct: both links busy for the move)."""
+    r = rates(knobs)
+    return jnp.where(r.relay_link_gbps > 0, r.relay_link_gbps, jnp.minimum(r.gpu_hbm_gbps, r.direct_gbps))
 
 
 # --- expert delivery (DASH §V-B "Dual-Path HBF Read", §V-C, §VI-E) ---------------------------------
@@ -172,14 +181,16 @@ def _limit(path_bytes, total_bytes, link_gbps, r: Rates, shared) -> jax.Array:
     return jnp.argmin(candidates, axis=-1).astype(jnp.int32)
 
 
-def expert_delivery(needed, expert_bytes, knobs: OrgKnobs, window_us=jnp.inf) -> ExpertDelivery:
+def expert_delivery(needed, expert_bytes, knobs: OrgKnobs, window_us=math.inf) -> ExpertDelivery:
     """Deliver one MoE layer's needed routed experts from HBF to the GPU over Direct and Relay.
 
     ``needed``: bool[..., E] (the union of the batch's top-k picks) or a count; ``expert_bytes``: bytes of
     one expert. Whole experts go to one path each (DASH §VI-E). A path carrying ``B_p`` bytes takes
     ``T_p = startup_p + B_p / rate_p`` (0 when idle), where
 
-    * startup is the exposed tR (DASH §II-B: sensing before any byte is in SRAM); lookahead (DASH §V-C)
+    * startup is the exposed tR (DASH §II-B: sensing before any byte is in SRAM). That sensing is the
+      first HBF SRAM fill: the shared-TSV fill is counted in the array rate (DASH §IV-A accounts it
+      apart from the link and overlaps it by double buffering). Lookahead (DASH §V-C)
       hides ``min(tR, window_us)``, ``window_us`` being the time between early selection and the
       experts' use (the serving step passes the output-projection time; ∞ hides tR entirely). Relay
       adds its first store-and-forward chunk: ``min(B_r / pairs, relay region)`` over one HBM–HBF link
@@ -189,8 +200,9 @@ def expert_delivery(needed, expert_bytes, knobs: OrgKnobs, window_us=jnp.inf) ->
       exactly when the arrays could have delivered everything; per path, ``rate_p = min(link_p, A, S)``.
 
     The double buffer overlaps sensing with draining (DASH §V-B "Dual-Path HBF Read"), so after the
-    startup the slowest stage sets the rate: exact when the drain is the slow stage, otherwise one
-    chunk's drain time too long at most.
+    startup the slowest stage sets the rate. That is the chunk pipeline's makespan exactly when the
+    drain is the slow stage; when sensing is, the two differ by less than one chunk's stage time
+    (tR against one chunk's drain).
 
     Assignment (``balanced_split = 1``): the number of experts on Direct, ``k``, minimises
     ``max(T_Direct(k), T_Relay(n − k))``. T_Direct rises and T_Relay falls with k, so the optimum is at
@@ -274,12 +286,11 @@ def parallel_read(hbm_only_bytes, hbf_only_bytes, knobs: OrgKnobs, either_bytes=
                        transfer_us(h + f + e, cuts.joint_gbps)], axis=-1)
     read_us = jnp.max(times, axis=-1)
     total = h + f + e
-    side = jnp.maximum(cuts.hbm_gbps + cuts.hbf_gbps, 1e-30)
-    capped = jnp.where(jnp.isfinite(read_us), read_us, 0.0) / US_PER_BYTE_AT_1_GBPS
-    lo = jnp.maximum(h, total - cuts.hbf_gbps * capped)
-    hi = jnp.minimum(h + e, cuts.hbm_gbps * capped)
-    hbm_bytes = jnp.clip(total * cuts.hbm_gbps / side, lo, jnp.maximum(hi, lo))
-    hbm_bytes = jnp.clip(hbm_bytes, h, h + e)
+    # any split within both sides' cuts over read_us is routable (the joint cut holds by construction)
+    within_us = jnp.where(jnp.isfinite(read_us), read_us, 0.0) / US_PER_BYTE_AT_1_GBPS  # bytes per GB/s
+    lo = jnp.maximum(h, total - cuts.hbf_gbps * within_us)
+    hi = jnp.maximum(jnp.minimum(h + e, cuts.hbm_gbps * within_us), lo)
+    hbm_bytes = jnp.clip(total * cuts.hbm_gbps / jnp.maximum(cuts.hbm_gbps + cuts.hbf_gbps, 1e-30), lo, hi)
     return ParallelRead(hbm_bytes=hbm_bytes, hbf_bytes=total - hbm_bytes, read_us=read_us,
                         limit=jnp.argmax(times, axis=-1).astype(jnp.int32))
 

@@ -156,6 +156,24 @@ def dash_placement() -> np.ndarray:
     return place
 
 
+def capacity_bytes(knobs: OrgKnobs) -> jax.Array:
+    """float32[2]: total HBM and HBF capacity of the package."""
+    return jnp.stack([knobs.hbm_stacks * knobs.hbm_capacity_bytes, knobs.hbf_stacks * knobs.hbf_capacity_bytes])
+
+
+def tier_bytes(kind_bytes, knobs: OrgKnobs) -> jax.Array:
+    """float32[..., 2]: bytes held in HBM and in HBF for ``kind_bytes`` (float32[..., K] per data kind):
+    a kind's replicated share counts in both tiers."""
+    place = knobs.place
+    per_tier = place[:, (HBM, HBF)] + place[:, REPLICATED, None]  # f32[K, 2]
+    return jnp.asarray(kind_bytes, jnp.float32) @ per_tier
+
+
+def page_wave_bytes(knobs: OrgKnobs) -> jax.Array:
+    """float32[]: one page on every parallel unit of every HBF stack (DASH §V-B: the write-back unit)."""
+    return knobs.hbf_stacks * knobs.parallel_units * knobs.page_bytes
+
+
 # --- the DASH organisations (Fig. 8) ---------------------------------------------------------------
 
 _FIG8 = "DASH §VI-A Fig. 8"
