@@ -99,7 +99,9 @@ class OrgKnobs:
         require_int(c, "page_bytes", page_bytes, 512, int(MAX_BYTES))
         require(page_bytes % 512 == 0, c, "page_bytes", page_bytes, "must be a multiple of 512 B (a NAND page)")
         require_real(c, "t_read_us", t_read_us, 0.0, MAX_US, lo_open=True)
-        require_real(c, "t_prog_us", t_prog_us, float(t_read_us), MAX_US)
+        require_real(c, "t_prog_us", t_prog_us, 0.0, MAX_US, lo_open=True)
+        require(t_prog_us >= t_read_us, c, "t_prog_us", t_prog_us,
+                f"a NAND program is slower than a read (t_read_us = {t_read_us})")
         for name, value in (("balanced_split", balanced_split), ("lookahead", lookahead),
                             ("shared_array_rate", shared_array_rate)):
             require(value in (0, 1) and not isinstance(value, bool), c, name, value, "must be 0 or 1")
