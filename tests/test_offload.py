@@ -1,6 +1,7 @@
 """CPU-offloading baselines (DASH §VI-C): hand-computed latencies, the core cap and job limit, the
 Hybrid oracle against explicit enumerations, monotonicity, and refused values."""
 
+import dataclasses
 import itertools
 import math
 
@@ -107,7 +108,7 @@ def test_unequal_jobs_run_longest_first_in_waves():
     """Jobs of 200, 150, 100, 50 rows on 3 cores: waves {200, 150, 100} and {50}; a CPU made
     compute-bound (huge bandwidth) so each job costs rows × FLOPs / rate."""
     knobs = off.OffloadKnobs.make(cores=3, core_bw_gbps=1e9, pcie_efficiency=1.0)
-    knobs = off.OffloadKnobs(**{**knobs.__dict__, "memory_bw_gbps": jnp.float32(1e9)})
+    knobs = dataclasses.replace(knobs, memory_bw_gbps=jnp.float32(1e9))  # no socket limit
     lay = layer(rows(50, 200, 100, 150), batch_tokens=0)
     per_row = FLOPS_PER_ROW / (CORE_TFLOPS * 1e6)
     expected = (200 + 50) * per_row + 500 * ACT_BYTES / (64.0 * 1e3)

@@ -51,14 +51,16 @@ Units: µs, bytes, FLOPs, GB/s, TFLOPS.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from hbfjax.memory import cpus
-from hbfjax.validate import require, require_int, require_real
+from hbfjax.validate import INT32_MAX, require, require_int, require_real
 
 
 def _f32(value) -> jax.Array:
@@ -105,7 +107,7 @@ class OffloadKnobs:
 class ExpertLayer:
     """One MoE layer's expert work this iteration (inputs), for one stream."""
 
-    tokens: jax.Array  # int32[E] rows routed to each expert (0 = not needed)
+    tokens: jax.Array  # int32[E] rows routed to each expert (0 = not needed), ≤ max_tokens(E)
     gpu_resident: jax.Array  # bool[E] the expert's weights are already in GPU HBM
     gpu_us: jax.Array  # float32[E] GPU compute time of each expert at its rows (weights in HBM)
     expert_bytes: jax.Array  # float32[] weight bytes of one expert (all its matrices)
@@ -119,13 +121,11 @@ class ExpertLayer:
         """Validated host-side construction (inside ``jit`` use the constructor). ``batch_tokens``
         defaults to the total rows, an upper bound on the distinct tokens; ``gpu_resident`` to none
         and ``gpu_us`` to zeros."""
-        import numpy as np
-
         rows = np.asarray(tokens)
         require(rows.ndim == 1 and rows.size >= 1, "ExpertLayer", "tokens", rows.shape, "must be a 1-d array [E]")
-        require(bool(np.all(rows >= 0)) and np.issubdtype(rows.dtype, np.integer), "ExpertLayer", "tokens",
-                rows.tolist(), "must be integers >= 0")
         e = rows.size
+        require(np.issubdtype(rows.dtype, np.integer) and bool(np.all((rows >= 0) & (rows <= max_tokens(e)))),
+                "ExpertLayer", "tokens", rows.tolist(), f"must be integers in [0, {max_tokens(e)}]")
         resident = np.zeros(e, bool) if gpu_resident is None else np.asarray(gpu_resident, bool)
         require(resident.shape == (e,), "ExpertLayer", "gpu_resident", resident.shape, f"must have shape ({e},)")
         gpu = np.zeros(e, np.float32) if gpu_us is None else np.asarray(gpu_us, np.float32)
@@ -187,10 +187,17 @@ def _candidates(layer: ExpertLayer) -> jax.Array:
     return (layer.tokens > 0) & ~layer.gpu_resident
 
 
+def max_tokens(experts: int) -> int:
+    """Largest row count of one expert that the sort key ``tokens · E + id`` holds in int32."""
+    return INT32_MAX // experts - 2
+
+
 def _ascending(layer: ExpertLayer) -> jax.Array:
-    """int32[E] expert ids, candidates first by ascending tokens (ties by id), then the others."""
-    key = jnp.where(_candidates(layer), layer.tokens, jnp.iinfo(jnp.int32).max)
-    return jnp.argsort(key, stable=True)
+    """int32[E] expert ids, candidates first by ascending tokens (ties by id), then the others: one
+    sort of the int32 key tokens · E + id (4× faster than a stable argsort on the CPU)."""
+    e = layer.tokens.shape[0]
+    rank = jnp.where(_candidates(layer), layer.tokens, max_tokens(e) + 1)
+    return jnp.sort(rank * e + jnp.arange(e, dtype=jnp.int32)) % e
 
 
 def split_on_cpu(layer: ExpertLayer, k) -> jax.Array:
@@ -230,24 +237,34 @@ def hybrid_us(layer: ExpertLayer, knobs: OffloadKnobs, k=None) -> jax.Array:
 
 
 # --- every split at once -----------------------------------------------------------------------------
+def _strided_prefix_sum(t: jax.Array, stride) -> jax.Array:
+    """float32[E + 1]: S[k] = Σ t[p] over p = k − 1, k − 1 − stride, … ≥ 0 (S[0] = 0) for a traced
+    stride: a Hillis–Steele scan with shifts stride · 2^j (ceil(log2(E + 1)) dynamic slices)."""
+    s = jnp.concatenate([jnp.zeros(1, jnp.float32), t])
+    n = s.shape[0]
+    shift = jnp.minimum(jnp.asarray(stride, jnp.int32), n)
+    for _ in range(max(1, math.ceil(math.log2(n)))):
+        padded = jnp.concatenate([jnp.zeros(n, jnp.float32), s])
+        s = s + jax.lax.dynamic_slice(padded, (n - shift,), (n,))  # s shifted right by `shift`, zeros in
+        shift = jnp.minimum(shift * 2, n)
+    return s
+
+
 def split_table_us(layer: ExpertLayer, knobs: OffloadKnobs) -> jax.Array:
-    """float32[E + 1]: Hybrid latency at every split k = 0 … E in one pass (O(E²) elementwise, one sort).
+    """float32[E + 1]: Hybrid latency at every split k = 0 … E in one pass (one sort, O(E log E));
+    k beyond the J candidates is the same as k = J.
 
     Candidates sorted ascending: split k runs positions 0 … k−1 on the CPU; in descending order the job
-    at position p is then the first of its wave iff (k − 1 − p) % c == 0."""
+    at position p is then the first of its wave iff (k − 1 − p) % c == 0, so the per-core schedule of
+    split k is a prefix sum over the positions k − 1, k − 1 − c, …"""
     e = layer.tokens.shape[0]
     order = _ascending(layer)
     cand = _candidates(layer)[order]  # bool[E] candidates first
     tok = jnp.where(cand, layer.tokens[order], 0)  # int32[E] ascending over the candidates
     jobs = jnp.sum(cand, dtype=jnp.int32)
-    p = jnp.arange(e, dtype=jnp.int32)
-    k = jnp.minimum(jnp.arange(e + 1, dtype=jnp.int32), jobs)[:, None]  # int32[E + 1, 1]
-    c = knobs.cores
-    t = job_us(tok, layer.expert_bytes, layer.flops_per_row, knobs)  # float32[E]
-    first = (p[None, :] < k) & ((k - 1 - p[None, :]) % c == 0)  # bool[E + 1, E]
-    k = k[:, 0]
-    makespan = jnp.maximum(jnp.sum(jnp.where(first, t[None, :], 0.0), axis=1),
-                           _socket_us(k, layer.expert_bytes, knobs))
+    k = jnp.minimum(jnp.arange(e + 1, dtype=jnp.int32), jobs)  # int32[E + 1]
+    waves = _strided_prefix_sum(job_us(tok, layer.expert_bytes, layer.flops_per_row, knobs), knobs.cores)[k]
+    makespan = jnp.maximum(waves, _socket_us(k, layer.expert_bytes, knobs))
     rows_back = jnp.concatenate([jnp.zeros(1, jnp.int32), jnp.cumsum(tok)])[k]
     cpu = (pcie_us(_f32(layer.batch_tokens) * layer.activation_bytes, knobs) + makespan
            + pcie_us(_f32(rows_back) * layer.activation_bytes, knobs))
@@ -259,18 +276,24 @@ def split_table_us(layer: ExpertLayer, knobs: OffloadKnobs) -> jax.Array:
     return jnp.maximum(gpu, jnp.where(k > 0, cpu, 0.0))
 
 
-def oracle(layer: ExpertLayer, knobs: OffloadKnobs) -> tuple[jax.Array, jax.Array]:
-    """Hybrid oracle: (min over k = 0 … E of the Hybrid latency, the smallest k reaching it)."""
-    table = split_table_us(layer, knobs)
+def _best(table: jax.Array) -> tuple[jax.Array, jax.Array]:
     best = jnp.argmin(table).astype(jnp.int32)
     return table[best], best
 
 
+def oracle(layer: ExpertLayer, knobs: OffloadKnobs) -> tuple[jax.Array, jax.Array]:
+    """Hybrid oracle: (min over k = 0 … E of the Hybrid latency, the smallest k reaching it)."""
+    return _best(split_table_us(layer, knobs))
+
+
 def layer_times(layer: ExpertLayer, knobs: OffloadKnobs) -> LayerTimes:
-    """Every scheme's latency for one expert layer."""
-    best_us, best_k = oracle(layer, knobs)
-    return LayerTimes(stream_us=weight_stream_us(layer, knobs), cpu_compute_us=cpu_compute_us(layer, knobs),
-                      hybrid_us=hybrid_us(layer, knobs), oracle_us=best_us, oracle_cpu_experts=best_k)
+    """Every scheme's latency for one expert layer, all read from one :func:`split_table_us`
+    (k = 0 is weight streaming, k = E CPU compute; tests check them against the one-split functions)."""
+    table = split_table_us(layer, knobs)
+    e = layer.tokens.shape[0]
+    best_us, best_k = _best(table)
+    return LayerTimes(stream_us=table[0], cpu_compute_us=table[e], hybrid_us=table[jnp.minimum(knobs.cpu_experts, e)],
+                      oracle_us=best_us, oracle_cpu_experts=best_k)
 
 
 def token_us(non_expert_gpu_us, expert_layers_us) -> jax.Array:
