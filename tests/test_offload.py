@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _compiles import compilations
 
 from hbfjax.memory import cpus
 from hbfjax.memory import offload as off
@@ -221,3 +222,13 @@ def test_bad_values_are_refused_with_field_value_and_rule(make, message):
     with pytest.raises(ConfigError) as err:
         make()
     assert message in str(err.value)
+
+
+def test_a_sweep_over_cores_and_splits_compiles_once():
+    tokens, resident, gpu = _random_layer(8)
+    lay = layer(tokens, batch_tokens=30, gpu_resident=resident, gpu_us=gpu)
+    times = jax.jit(off.layer_times)
+    with compilations("layer_times") as compiled:
+        for c, k in ((1, 0), (7, 3), (36, 12)):
+            jax.block_until_ready(times(lay, off.OffloadKnobs.make(cores=c, cpu_experts=k)))
+    assert len(compiled) == 1
