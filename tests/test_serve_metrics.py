@@ -37,19 +37,23 @@ def test_per_request_from_the_hand_trace():
     assert np.isnan(m.tpot_s[0, 2])
 
 
+def constant_us(p):
+    return TAU_US + 0.0 * p.decode_mask.sum()
+
+
 def _fixed_batch(b: int, prompt: int, output: int):
-    config = rq.RequestsConfig(requests=b + 4, arrivals="batch")
+    config = rq.RequestsConfig(requests=36, arrivals="batch")
     knobs = rq.RequestKnobs.make(batch=b, prompt=rq.LengthKnobs.make(prompt), output=rq.LengthKnobs.make(output))
     req = batch.run(rq.generate, 1, 0, knobs, config)
     out = jax.vmap(lambda r: serve(r, BatcherKnobs.make(512, 8192), BatcherConfig(slots=32),
-                                   lambda p: TAU_US + 0.0 * p.decode_mask.sum()))(req)
+                                   constant_us))(req)
     return _times(req, out)
 
 
 def test_fixed_batch_by_hand():
     """B = 4, 1,024/128, chunk 512, τ = 1 ms per iteration: two prefill iterations, then 127 decodes.
     TTFT 2 ms, E2E 129 ms, TPOT 1 ms; throughput 4·128/0.129 s; decode rate 4·127/0.127 s = B/τ."""
-    s = metrics.summary(_fixed_batch(4, 1024, 128), warmup=0, measured=4)
+    s = metrics.summary(_fixed_batch(4, 1024, 128), warmup=0, measured=4)  # requests 4–35 are padding
     assert s["ttft_s"] == pytest.approx(2e-3, rel=1e-9) and s["e2e_s"] == pytest.approx(0.129, rel=1e-9)
     assert s["tpot_ms"] == pytest.approx(1.0, rel=1e-9)
     assert s["throughput_tokens_per_s"] == pytest.approx(4 * 128 / 0.129, rel=1e-9)

@@ -45,12 +45,13 @@ def _saturating_cumsum(x: jax.Array) -> jax.Array:
 
 
 def _skip_idle(state: ServeState, requests: Requests) -> clock.Clock:
-    """The boundary's time: ``now``, or the next arrival if nothing is running or waiting."""
+    """The boundary's time: ``now``, or the next arrival if nothing is running or waiting (the queue's
+    head has not arrived: arrivals are sorted, so it is the only one to look at)."""
     r = requests.valid.shape[0]
     head = jnp.minimum(state.admitted, r - 1)
-    arrived = clock.searchsorted(requests.arrival, state.now)
-    idle = ~(state.slots.request >= 0).any() & (state.admitted >= arrived) & (state.admitted < r) & requests.valid[head]
-    return clock.where(idle, clock.take(requests.arrival, head), state.now)
+    due = clock.take(requests.arrival, head)
+    idle = ~(state.slots.request >= 0).any() & (state.admitted < r) & requests.valid[head] & clock.less(state.now, due)
+    return clock.where(idle, due, state.now)
 
 
 def _admit(state: ServeState, requests: Requests, knobs: BatcherKnobs, now: clock.Clock) -> ServeState:
@@ -160,7 +161,7 @@ def advance(state: ServeState, iteration_us, batch: Batch) -> ServeState:
         finish=_scatter(state.finish, to_r(done), stamp),
         tokens_out=state.tokens_out.at[to_r(produced)].add(1, mode="drop"),
         kv_used_tokens=state.kv_used_tokens - jnp.where(done[:, None], s.kv_reserved, 0).sum(axis=0),
-        iterations=state.iterations + 1)
+        iterations=state.iterations + has_work(batch).astype(jnp.int32))
 
 
 def iteration_us(batch: Batch, pass_us: PassTime, mode: str) -> jax.Array:
@@ -174,15 +175,34 @@ def running(state: ServeState, requests: Requests) -> jax.Array:
 
 
 def rollout(requests: Requests, knobs: BatcherKnobs, config: BatcherConfig, pass_us: PassTime,
-            max_iterations: int) -> ServeState:
-    """Serve one stream to the end with an iteration-time callable (a ``while_loop``); ``overflow`` is
-    set if requests are left when it stops (a request that never fits, or ``max_iterations`` spent)."""
+            max_iterations: int, scan_chunk: int = 64) -> ServeState:
+    """Serve one stream to the end with an iteration-time callable; ``overflow`` is set if requests are
+    left when it stops (a request that never fits, or ``max_iterations`` iterations with work spent).
+
+    A ``while_loop`` over chunks of ``scan_chunk`` iterations (DESIGN.md §5 "Rollout"): inside a chunk a
+    ``lax.scan`` whose steps are no-ops once the stream has stopped (masked batch, slot table kept), so
+    under ``vmap`` the whole carry — the ``[R]`` arrays included — is selected once per chunk, not once
+    per iteration."""
     def go(st):
         return running(st, requests) & ~st.overflow & (st.iterations < max_iterations)
 
-    def step(st):
-        st, batch = schedule(st, requests, knobs, config)
-        return advance(st, iteration_us(batch, pass_us, config.mode), batch)
+    def step(st, _):
+        active = go(st)
+        new, b = schedule(st, requests, knobs, config)
+        keep = lambda a, b_: jax.tree_util.tree_map(lambda x, y: jnp.where(active, x, y), a, b_)  # noqa: E731
+        new = dataclasses.replace(new, slots=keep(new.slots, st.slots), admitted=keep(new.admitted, st.admitted),
+                                  now=keep(new.now, st.now), kv_used_tokens=keep(new.kv_used_tokens, st.kv_used_tokens),
+                                  prefill_last=keep(new.prefill_last, st.prefill_last),
+                                  overflow=keep(new.overflow, st.overflow))
+        b = dataclasses.replace(b, decode_mask=b.decode_mask & active, chunk_mask=b.chunk_mask & active,
+                                chunk_emits=b.chunk_emits & active)
+        return advance(new, iteration_us(b, pass_us, config.mode), b), None
 
-    final = jax.lax.while_loop(go, step, init(requests.valid.shape[0], config))
+    def chunk(carry):
+        st, chunks = carry
+        return jax.lax.scan(step, st, length=scan_chunk)[0], chunks + 1
+
+    # every chunk of a live stream holds an iteration with work; the chunk count only guards the loop
+    final, _ = jax.lax.while_loop(lambda c: go(c[0]) & (c[1] <= max_iterations), chunk,
+                                  (init(requests.valid.shape[0], config), jnp.int32(0)))
     return dataclasses.replace(final, overflow=final.overflow | running(final, requests))

@@ -21,6 +21,7 @@ mean over streams of each stream's P90.
 
 from __future__ import annotations
 
+import warnings
 from typing import NamedTuple
 
 import numpy as np
@@ -99,7 +100,8 @@ def per_stream(t: RequestTimes, in_window: np.ndarray) -> dict:
     """``{key: float64[S]}``: throughput, latency means and quantiles, Little's law terms per stream."""
     m = per_request(t, in_window)
     out_tokens = np.where(m.measured, t.tokens_out, 0).sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a stream with no TPOT (all outputs 1 token): NaN
         result = {
             "throughput_tokens_per_s": out_tokens / _span(t.arrival_s, t.finish_s, m.measured),
             "decode_tokens_per_s": np.where(m.measured, t.tokens_out - 1, 0).sum(axis=1)

@@ -10,6 +10,7 @@ arrays shaped as the JAX one (``[B_max]``, masked), so one callable serves both.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -76,10 +77,10 @@ def simulate(arrival_us, prompt_tokens, output_tokens, chunk_tokens: int, token_
     first, finish, out = [NEVER] * n, [NEVER] * n, [0] * n
     now, admitted, prefill_last, overflow, log, it = 0, 0, False, False, [], 0
     while (admitted < n or any(sl.request >= 0 for sl in slots)) and not overflow and it < max_iterations:
-        arrived = sum(a <= now for a in arrival)
+        arrived = bisect.bisect_right(arrival, now)  # requests with arrival <= now
         if not any(sl.request >= 0 for sl in slots) and admitted >= arrived and admitted < n:
             now = arrival[admitted]  # idle: jump to the next arrival
-            arrived = sum(a <= now for a in arrival)
+            arrived = bisect.bisect_right(arrival, now)
         # admission: FIFO into free slots (slot order), whole KV reserved, tiers filled in order
         if admitted < arrived and prompt[admitted] + output[admitted] > sum(caps):
             overflow = True  # the head of the queue can never fit: it blocks the queue for good
@@ -118,7 +119,7 @@ def simulate(arrival_us, prompt_tokens, output_tokens, chunk_tokens: int, token_
                  if p.decode_mask.any() or p.chunk_mask.any())
         log.append(dict(start_us=now, decode=sorted(decode), chunks=chunks, us=us))
         now += us
-        it += 1
+        it += bool(decode or chunks)  # iterations with work (a stuck queue runs one empty one)
         for sl in slots:
             q = sl.request
             produced = False
