@@ -136,6 +136,10 @@ def test_kv_capacity_blocks_the_queue_in_order():
     big = requests_of([0, 10], [2, 2], [12, 1])
     out = serve(big, knobs, BatcherConfig(slots=2), constant_pass_us)
     assert bool(out.overflow) and (clock.to_us(out.finish) > 1e15).all()  # never reached
+    # the rollout stops after max_iterations iterations with work, requests left: overflow
+    cut = serve(requests_of(*THREE), knobs, BatcherConfig(slots=2), constant_pass_us, max_iterations=3)
+    assert bool(cut.overflow) and int(cut.iterations) == 3
+    assert clock.to_us(cut.finish).tolist()[0] > 1e15 and clock.to_us(cut.first_token).tolist()[0] == 200
 
 
 def test_idle_gap_jumps_to_the_next_arrival():
@@ -155,11 +159,11 @@ def _random_streams(n_streams: int, requests: int, rate: float):
 @pytest.mark.parametrize("mode", ["mixed", "serial", "alternate"])
 def test_jax_equals_reference_on_random_streams(mode):
     """Poisson streams of 24 requests (prompts 1–40, outputs 1–6) on 3 slots, chunk 16, budget 20, KV
-    tiers (60, 30): every first-token and finish time, token count and iteration count equal the
+    tiers (36, 24) (so admission is KV-blocked in ~10 % of iterations): every first-token and finish time, token count and iteration count equal the
     plain-Python reference's, under an iteration time that depends on token counts and context lengths."""
     streams = _random_streams(6, 24, rate=2_000.0)
     config = BatcherConfig(slots=3, mode=mode)
-    knob = dict(chunk_tokens=16, token_budget=20, kv_capacity_tokens=(60, 30))
+    knob = dict(chunk_tokens=16, token_budget=20, kv_capacity_tokens=(36, 24))
     out = jax.vmap(lambda r: serve(r, BatcherKnobs.make(**knob), config, mixed_pass_us))(streams)
     for s in range(6):
         arr = clock.to_us(clock.Clock(streams.arrival.s[s], streams.arrival.us[s])).astype(np.int64)

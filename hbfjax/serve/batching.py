@@ -20,6 +20,9 @@ completes its prompt emits the first token at the end of the iteration, each dec
 a request whose last token came out records its finish time and frees its slot and KV. Per-request
 times are scattered into ``[R]`` arrays with ``mode="drop"``. :func:`rollout` runs the loop with an
 iteration-time callable (the real step, composing GPU and memory times, replaces it).
+
+Not yet modelled: reusable prefixes (``Requests.prefix_tokens``: every prompt is prefilled whole),
+preemption (the whole KV is reserved at admission instead), and a cap on admissions per iteration.
 """
 
 from __future__ import annotations
