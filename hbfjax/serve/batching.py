@@ -1,0 +1,211 @@
+"""The Sarathi-style iteration schedule (DASH §VI-E; DESIGN.md §5 "The step"), one stream.
+
+At each iteration boundary :func:`schedule`
+
+1. jumps the clock to the next arrival when nothing is running or waiting (an idle gap);
+2. admits arrived requests into free slots in arrival order (free slots ranked by ``cumsum``), while
+   their whole KV (prompt + output tokens) fits the tiers' free capacity, tiers filled in order; the
+   queue is FIFO, so a request that does not fit blocks those behind it (one that could never fit
+   sets the sticky ``overflow``);
+3. reserves one decode token per running decode request;
+4. adds at most one prefill chunk (≤ ``chunk_tokens``) per prefilling request, in arrival order,
+   within what the iteration token budget leaves (the last chunk that fits is cut to the budget).
+
+``mixed`` times the result as one pass, ``serial`` as a decode pass then a prefill pass (each fetched
+expert reused across the rows of its pass; :func:`passes` splits the batch), ``alternate`` makes each
+iteration all prefill or all decode, switching whenever both have work (LLMSimulator's order).
+
+:func:`advance` then moves the clock by the iteration's time and books its progress: a chunk that
+completes its prompt emits the first token at the end of the iteration, each decode token one more;
+a request whose last token came out records its finish time and frees its slot and KV. Per-request
+times are scattered into ``[R]`` arrays with ``mode="drop"``. :func:`rollout` runs the loop with an
+iteration-time callable (the real step, composing GPU and memory times, replaces it).
+
+Not yet modelled: reusable prefixes (``Requests.prefix_tokens``: every prompt is prefilled whole),
+preemption (the whole KV is reserved at admission instead), and a cap on admissions per iteration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+
+from hbfjax import clock
+from hbfjax.serve.state import MAX_KV_TOKENS, BatcherConfig, BatcherKnobs, Phase, ServeState, Slots, init
+from hbfjax.workload.requests import Requests
+from hbfjax.workload.timing import Batch
+
+PassTime = Callable[[Batch], jax.Array]  # float32[] µs of one pass over a Batch
+_SATURATE = MAX_KV_TOKENS + 1  # reservation sums saturate here: above any free capacity, inside int32
+
+
+def _saturating_cumsum(x: jax.Array) -> jax.Array:
+    """Inclusive running sums of non-negative int32 ``x`` (each <= _SATURATE), capped at _SATURATE."""
+    return jax.lax.associative_scan(lambda a, b: b + jnp.minimum(a, _SATURATE - b), x)
+
+
+def _skip_idle(state: ServeState, requests: Requests) -> clock.Clock:
+    """The boundary's time: ``now``, or the next arrival if nothing is running or waiting (the queue's
+    head has not arrived: arrivals are sorted, so it is the only one to look at)."""
+    r = requests.valid.shape[0]
+    head = jnp.minimum(state.admitted, r - 1)
+    due = clock.take(requests.arrival, head)
+    idle = ~(state.slots.request >= 0).any() & (state.admitted < r) & requests.valid[head] & clock.less(state.now, due)
+    return clock.where(idle, due, state.now)
+
+
+def _admit(state: ServeState, requests: Requests, knobs: BatcherKnobs, now: clock.Clock) -> ServeState:
+    """Arrived requests into free slots in arrival order, while their KV fits (tiers filled in order)."""
+    s = state.slots
+    b, r = s.request.shape[0], requests.valid.shape[0]
+    arrived = clock.searchsorted(requests.arrival, now)
+    free = s.request < 0  # bool[B]
+    rank = jnp.clip(jnp.cumsum(free) - 1, 0, b - 1)  # int32[B] rank of each free slot
+    k = jnp.arange(b, dtype=jnp.int32)
+    cand = state.admitted + k  # int32[B] the k-th waiting request
+    idx = jnp.minimum(cand, r - 1)
+    need = jnp.where(cand < r, requests.prompt_tokens[idx] + requests.output_tokens[idx], 0)
+    need = jnp.minimum(need, _SATURATE)
+    upto = _saturating_cumsum(need)  # int32[B] KV of candidates 0 … k
+    free_tier = knobs.kv_capacity_tokens - state.kv_used_tokens  # int32[T]
+    ok = (cand < arrived) & (k < free.sum()) & (upto <= free_tier.sum())  # bool[B] a prefix: FIFO
+    never_fits = (state.admitted < arrived) & (need[0] > knobs.kv_capacity_tokens.sum())
+    top = jnp.cumsum(free_tier)  # int32[T] tiers fill in order: tier t holds [top − free, top)
+    fill = lambda x: jnp.clip(x[:, None] - (top - free_tier)[None, :], 0, free_tier[None, :])  # noqa: E731
+    alloc = jnp.where(ok[:, None], fill(upto) - fill(upto - need), 0)  # int32[B, T] per candidate
+    new = free & ok[rank]  # bool[B] slots that receive a request
+    pick = lambda a, b_: jnp.where(new, a, b_)  # noqa: E731
+    slots = Slots(request=pick(cand[rank], s.request), phase=pick(jnp.int32(Phase.PREFILL), s.phase),
+                  prefill_left=pick(requests.prompt_tokens[idx[rank]], s.prefill_left),
+                  decode_left=pick(requests.output_tokens[idx[rank]], s.decode_left),
+                  kv_tokens=pick(0, s.kv_tokens), first_token=s.first_token,
+                  kv_reserved=jnp.where(new[:, None], alloc[rank], s.kv_reserved))
+    return dataclasses.replace(state, slots=slots, now=now, admitted=state.admitted + ok.sum(dtype=jnp.int32),
+                               kv_used_tokens=state.kv_used_tokens + alloc.sum(axis=0),
+                               overflow=state.overflow | never_fits)
+
+
+def _select(state: ServeState, knobs: BatcherKnobs, config: BatcherConfig) -> tuple[Batch, jax.Array]:
+    """The iteration's decode tokens and prefill chunks, and whether it is a prefill iteration
+    (``alternate``; otherwise whether it holds a chunk)."""
+    s = state.slots
+    decode = s.phase == Phase.DECODE  # bool[B]
+    prefill = s.phase == Phase.PREFILL
+    if config.mode == "alternate":
+        take_prefill = prefill.any() & (~state.prefill_last | ~decode.any())
+        decode, prefill = decode & ~take_prefill, prefill & take_prefill
+    room = jnp.maximum(knobs.token_budget - decode.sum(dtype=jnp.int32), 0)
+    want = jnp.where(prefill, jnp.minimum(s.prefill_left, jnp.minimum(knobs.chunk_tokens, room)), 0)  # int32[B]
+    earlier = (s.request[None, :] < s.request[:, None]) & prefill[None, :]  # [s, j]: j precedes s
+    ahead = jnp.where(earlier, want[None, :], 0).sum(axis=1)  # int32[B] budget taken before s
+    chunk = jnp.clip(room - ahead, 0, want)
+    has = chunk > 0
+    batch = Batch(decode_context=jnp.where(decode, s.kv_tokens + 1, 0), decode_mask=decode,
+                  chunk_tokens=chunk, chunk_prefix=jnp.where(has, s.kv_tokens, 0), chunk_mask=has,
+                  chunk_emits=has & (chunk == s.prefill_left))
+    return batch, has.any()
+
+
+def schedule(state: ServeState, requests: Requests, knobs: BatcherKnobs, config: BatcherConfig) -> tuple[ServeState, Batch]:
+    """One iteration boundary: idle jump, admission, then the iteration's batch (``Batch`` with
+    ``B = C = B_max``: decode context lengths and prefill chunks per slot, masked)."""
+    state = _admit(state, requests, knobs, _skip_idle(state, requests))
+    batch, prefilling = _select(state, knobs, config)
+    work = batch.decode_mask.any() | prefilling
+    return dataclasses.replace(state, prefill_last=jnp.where(work, prefilling, state.prefill_last)), batch
+
+
+def passes(batch: Batch, mode: str) -> tuple[Batch, ...]:
+    """The GPU passes of an iteration: one (``mixed``, ``alternate``) or decode then prefill (``serial``)."""
+    if mode != "serial":
+        return (batch,)
+    no_chunks = jnp.zeros_like(batch.chunk_mask)
+    return (dataclasses.replace(batch, chunk_mask=no_chunks, chunk_emits=no_chunks),
+            dataclasses.replace(batch, decode_mask=jnp.zeros_like(batch.decode_mask)))
+
+
+def has_work(batch: Batch) -> jax.Array:
+    """bool[] the batch holds a decode token or a chunk."""
+    return batch.decode_mask.any() | batch.chunk_mask.any()
+
+
+def _scatter(times: clock.Clock, index, when: clock.Clock) -> clock.Clock:
+    """``times[index] = when`` for indices in range (out-of-range ones dropped)."""
+    return clock.Clock(times.s.at[index].set(when.s, mode="drop"), times.us.at[index].set(when.us, mode="drop"))
+
+
+def advance(state: ServeState, iteration_us, batch: Batch) -> ServeState:
+    """The clock moved by ``iteration_us`` (float32 µs) and the iteration's progress booked."""
+    now = clock.advance(state.now, iteration_us)
+    s = state.slots
+    r = state.tokens_out.shape[0]
+    chunk = jnp.where(batch.chunk_mask, batch.chunk_tokens, 0)
+    decoded = batch.decode_mask
+    prefill_left = s.prefill_left - chunk
+    first = batch.chunk_mask & (prefill_left == 0)  # bool[B] prompt done: first token out
+    produced = decoded | first
+    decode_left = s.decode_left - produced.astype(jnp.int32)
+    done = produced & (decode_left == 0)  # bool[B] last token out
+    to_r = lambda m: jnp.where(m, s.request, r)  # noqa: E731  (index r: dropped)
+    shape = s.request.shape
+    stamp = clock.Clock(jnp.broadcast_to(now.s, shape), jnp.broadcast_to(now.us, shape))
+    slot_first = clock.where(first, stamp, s.first_token)
+    slots = Slots(request=jnp.where(done, -1, s.request),
+                  phase=jnp.where(done, jnp.int32(Phase.EMPTY), jnp.where(first, jnp.int32(Phase.DECODE), s.phase)),
+                  prefill_left=prefill_left, decode_left=decode_left,
+                  kv_tokens=jnp.where(done, 0, s.kv_tokens + chunk + decoded.astype(jnp.int32)),
+                  first_token=clock.where(done, clock.never(shape), slot_first),
+                  kv_reserved=jnp.where(done[:, None], 0, s.kv_reserved))
+    return dataclasses.replace(
+        state, slots=slots, now=now, first_token=_scatter(state.first_token, to_r(first), stamp),
+        finish=_scatter(state.finish, to_r(done), stamp),
+        tokens_out=state.tokens_out.at[to_r(produced)].add(1, mode="drop"),
+        kv_used_tokens=state.kv_used_tokens - jnp.where(done[:, None], s.kv_reserved, 0).sum(axis=0),
+        iterations=state.iterations + has_work(batch).astype(jnp.int32))
+
+
+def iteration_us(batch: Batch, pass_us: PassTime, mode: str) -> jax.Array:
+    """float32 µs of an iteration: the sum of its non-empty passes' times."""
+    return sum(jnp.where(has_work(p), pass_us(p), 0.0) for p in passes(batch, mode))
+
+
+def running(state: ServeState, requests: Requests) -> jax.Array:
+    """bool[] a valid request is not yet finished (waiting, or in a slot)."""
+    return (state.admitted < requests.valid.sum(dtype=jnp.int32)) | (state.slots.request >= 0).any()
+
+
+def rollout(requests: Requests, knobs: BatcherKnobs, config: BatcherConfig, pass_us: PassTime,
+            max_iterations: int, scan_chunk: int = 64) -> ServeState:
+    """Serve one stream to the end with an iteration-time callable; ``overflow`` is set if requests are
+    left when it stops (a request that never fits, or ``max_iterations`` iterations with work spent).
+
+    A ``while_loop`` over chunks of ``scan_chunk`` iterations (DESIGN.md §5 "Rollout"): inside a chunk a
+    ``lax.scan`` whose steps are no-ops once the stream has stopped (masked batch, slot table kept), so
+    under ``vmap`` the whole carry — the ``[R]`` arrays included — is selected once per chunk, not once
+    per iteration."""
+    def go(st):
+        return running(st, requests) & ~st.overflow & (st.iterations < max_iterations)
+
+    def step(st, _):
+        active = go(st)
+        new, b = schedule(st, requests, knobs, config)
+        keep = lambda a, b_: jax.tree_util.tree_map(lambda x, y: jnp.where(active, x, y), a, b_)  # noqa: E731
+        new = dataclasses.replace(new, slots=keep(new.slots, st.slots), admitted=keep(new.admitted, st.admitted),
+                                  now=keep(new.now, st.now), kv_used_tokens=keep(new.kv_used_tokens, st.kv_used_tokens),
+                                  prefill_last=keep(new.prefill_last, st.prefill_last),
+                                  overflow=keep(new.overflow, st.overflow))
+        b = dataclasses.replace(b, decode_mask=b.decode_mask & active, chunk_mask=b.chunk_mask & active,
+                                chunk_emits=b.chunk_emits & active)
+        return advance(new, iteration_us(b, pass_us, config.mode), b), None
+
+    def chunk(carry):
+        st, chunks = carry
+        return jax.lax.scan(step, st, length=scan_chunk)[0], chunks + 1
+
+    # every chunk of a live stream holds an iteration with work; the chunk count only guards the loop
+    final, _ = jax.lax.while_loop(lambda c: go(c[0]) & (c[1] <= max_iterations), chunk,
+                                  (init(requests.valid.shape[0], config), jnp.int32(0)))
+    return dataclasses.replace(final, overflow=final.overflow | running(final, requests))
