@@ -30,19 +30,19 @@ def requests_of(arrival_us, prompt, output, size=None) -> Requests:
                     session=i, parent=jnp.full_like(i, -1), root_start=arrival, valid=jnp.asarray(valid))
 
 
-def tokens_pass_us(b):
+def tokens_pass_us(b, draw=0):
     """A pass: 100 µs plus 10 µs per token (decode tokens and chunk tokens); NumPy or JAX batch."""
     return 100.0 + 10.0 * (b.decode_mask.sum() + (b.chunk_tokens * b.chunk_mask).sum())
 
 
-def mixed_pass_us(b):
+def mixed_pass_us(b, draw=0):
     """A pass: 50 µs, 3 µs per chunk token, 7 µs per decode token and 1 µs per 16 tokens of each decode
     context (whole µs); NumPy or JAX batch."""
     return (50.0 + 3.0 * (b.chunk_tokens * b.chunk_mask).sum() + 7.0 * b.decode_mask.sum()
             + ((b.decode_context * b.decode_mask) // 16).sum())
 
 
-def constant_pass_us(b):
+def constant_pass_us(b, draw=0):
     return jnp.float32(100.0) + 0.0 * b.decode_mask.sum()
 
 

@@ -37,7 +37,7 @@ def test_per_request_from_the_hand_trace():
     assert np.isnan(m.tpot_s[0, 2])
 
 
-def constant_us(p):
+def constant_us(p, draw=0):
     return TAU_US + 0.0 * p.decode_mask.sum()
 
 
@@ -101,7 +101,7 @@ def test_littles_law_on_poisson_streams():
     assert little.mean() > 1.0  # a loaded system: queueing, not one request at a time
 
 
-def tokens_time(p):
+def tokens_time(p, draw=0):
     return 2000.0 + 1.0 * (p.decode_mask.sum() + (p.chunk_tokens * p.chunk_mask).sum())
 
 

@@ -38,7 +38,7 @@ from hbfjax.serve.state import MAX_KV_TOKENS, BatcherConfig, BatcherKnobs, Phase
 from hbfjax.workload.requests import Requests
 from hbfjax.workload.timing import Batch
 
-PassTime = Callable[[Batch], jax.Array]  # float32[] µs of one pass over a Batch
+PassTime = Callable[[Batch, jax.Array], jax.Array]  # (batch, draw: int32[] unique per pass) -> float32[] µs
 _SATURATE = MAX_KV_TOKENS + 1  # reservation sums saturate here: above any free capacity, inside int32
 
 
@@ -167,9 +167,11 @@ def advance(state: ServeState, iteration_us, batch: Batch) -> ServeState:
         iterations=state.iterations + has_work(batch).astype(jnp.int32))
 
 
-def iteration_us(batch: Batch, pass_us: PassTime, mode: str) -> jax.Array:
-    """float32 µs of an iteration: the sum of its non-empty passes' times."""
-    return sum(jnp.where(has_work(p), pass_us(p), 0.0) for p in passes(batch, mode))
+def iteration_us(batch: Batch, pass_us: PassTime, mode: str, iteration=0) -> jax.Array:
+    """float32 µs of an iteration: the sum of its non-empty passes' times. Pass ``k`` of iteration ``i``
+    is timed with draw index ``2·i + k`` (the words of its random draws, e.g. routing)."""
+    return sum(jnp.where(has_work(p), pass_us(p, 2 * jnp.asarray(iteration, jnp.int32) + k), 0.0)
+               for k, p in enumerate(passes(batch, mode)))
 
 
 def running(state: ServeState, requests: Requests) -> jax.Array:
@@ -199,7 +201,7 @@ def rollout(requests: Requests, knobs: BatcherKnobs, config: BatcherConfig, pass
                                   overflow=keep(new.overflow, st.overflow))
         b = dataclasses.replace(b, decode_mask=b.decode_mask & active, chunk_mask=b.chunk_mask & active,
                                 chunk_emits=b.chunk_emits & active)
-        return advance(new, iteration_us(b, pass_us, config.mode), b), None
+        return advance(new, iteration_us(b, pass_us, config.mode, st.iterations), b), None
 
     def chunk(carry):
         st, chunks = carry

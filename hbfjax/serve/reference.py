@@ -115,7 +115,7 @@ def simulate(arrival_us, prompt_tokens, output_tokens, chunk_tokens: int, token_
         if decode or chunks:
             prefill_last = bool(chunks)
         batch = _batch(slots, decode, chunks)
-        us = sum(int(round(float(pass_us(p)))) for p in _passes(batch, config.mode)
+        us = sum(int(round(float(pass_us(p, 2 * it + k)))) for k, p in enumerate(_passes(batch, config.mode))
                  if p.decode_mask.any() or p.chunk_mask.any())
         log.append(dict(start_us=now, decode=sorted(decode), chunks=chunks, us=us))
         now += us
