@@ -39,6 +39,7 @@ class Salt(IntEnum):
     ROUTE_POPULARITY = 63
     ROUTE_BALANCED_OFFSET = 64
     ROUTE_SUCCESSIVE = 65
+    ROUTE_COUNT = 66  # exact draw of a layer's distinct-expert count (routing.distinct_count_draws)
     # workload: request streams (hbfjax.workload.requests); 71-79 reserved for it
     REQ_GAP = 71  # exponential inter-arrival gap of request i
     REQ_GAMMA = 72  # Marsaglia-Tsang gamma gap of request i (words: try, part)

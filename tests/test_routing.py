@@ -385,3 +385,20 @@ def test_bad_skew_is_refused(skew):
 def test_bad_law_arguments_are_refused(args):
     with pytest.raises(ConfigError):
         r.distinct_experts_pmf(*args)
+
+
+def test_distinct_count_draws_follow_the_exact_law_and_count_routing_keeps_the_totals():
+    config = r.RoutingConfig(routed_experts=8, top_k=2, max_tokens=5)
+    law = r.distinct_experts_pmf(8, 2, 3)
+    draws = jax.vmap(lambda i: r.distinct_count_draws((jnp.uint32(5), jnp.int32(0)), i, jnp.arange(64), jnp.int32(3),
+                                                      config))(jnp.arange(500))  # 500 iterations × 64 layers
+    counts = np.bincount(np.asarray(draws).ravel(), minlength=9)
+    n = counts.sum()
+    z = (counts - n * law) / np.sqrt(n * law * (1 - law) + 1e-300)
+    assert np.all(np.abs(z[law > 0]) < 4.5) and np.all(counts[law == 0] == 0)  # ~7e-6 false alarm per bin
+    routed = r.count_routing(jnp.asarray([1, 3, 4]), jnp.int32(3), config)
+    assert np.asarray(routed.rows).sum(axis=1).tolist() == [6, 6, 6]
+    assert np.asarray(routed.distinct_experts).tolist() == [1, 3, 4]
+    assert np.asarray(routed.rows[2]).tolist() == [2, 2, 1, 1, 0, 0, 0, 0]
+    # the tables' rows are the per-token-count laws
+    np.testing.assert_allclose(r.distinct_experts_pmf(8, 2, 5, all_tokens=True)[3], law)

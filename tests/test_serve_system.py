@@ -75,3 +75,19 @@ def test_bad_serve_config_is_refused():
     with pytest.raises(Exception, match="ServeKnobs.kv_hbm_fraction = 1.5"):
         system.ServeKnobs.make(orgs.dash(), timing.GpuKnobs.make(), BatcherKnobs.make(), rq.RequestKnobs.make(),
                                kv_hbm_fraction=1.5)
+
+
+def test_drawing_distinct_counts_matches_drawing_every_token_in_distribution():
+    # same requests, routing drawn two ways: the mean E2E over streams agrees within Z = 4.5 two-sample SEs
+    import dataclasses
+
+    e2e = {}
+    for draw in ("counts", "tokens"):
+        cfg = dataclasses.replace(CONFIG, routing_draw=draw)
+        out = hb.run(system.simulate, 256, 11, _knobs(orgs.dash()), cfg)
+        e2e[draw] = np.asarray(clock.to_us(out.finish), np.float64).mean(axis=1)
+    a, b = e2e["counts"], e2e["tokens"]
+    se = np.sqrt(a.var(ddof=1) / a.size + b.var(ddof=1) / b.size)
+    assert se > 0 and abs(a.mean() - b.mean()) < 4.5 * se
+    with pytest.raises(Exception, match="routing_draw = 'counts': drawing counts needs uniform routing"):
+        dataclasses.replace(CONFIG, routing_kind="zipf")

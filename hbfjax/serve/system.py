@@ -12,7 +12,7 @@ What is composed so far, and what is not yet:
 * composed: the batcher (``batching.rollout``: admission by KV reservation over HBM then HBF, one
   decode token per running request, one chunk per prefilling request within the token budget; mixed,
   serial or alternate passes), honest per-layer routing (``routing.route_layers``, drawn per pass and
-  layer), GPU operator costs with each operator's weights and KV delivered by the organisation
+  layer; ``ServeConfig.routing_draw``), GPU operator costs with each operator's weights and KV delivered by the organisation
   (``layer_time.layer_times``: replicated projections read from both tiers, experts over Direct and
   Relay, lookahead);
 * not yet: KV writes (direct prefill write, decode writeback of page waves) and their stalls, the
@@ -33,10 +33,19 @@ from hbfjax.clock import Clock
 from hbfjax.memory.organisations import OrgKnobs
 from hbfjax.serve import batching, layer_time
 from hbfjax.serve.state import BatcherConfig, BatcherKnobs
-from hbfjax.validate import require, require_int, require_real
+from hbfjax.validate import require, require_choice, require_int, require_real
 from hbfjax.workload import requests as rq
 from hbfjax.workload import routing, timing
 from hbfjax.workload.models import ModelSpec
+
+
+# How a pass's routing is drawn (DESIGN.md §5: per-layer randomness drawn honestly):
+# * "counts": each MoE layer's number of distinct experts drawn from its exact law under uniform top-k
+#   (routing.distinct_count_draws, O(E) per layer whatever the pass's tokens); the T·k rows shared by
+#   them evenly. Exact for what the roofline and the delivery use (distinct experts, total rows).
+# * "tokens": every token's top-k drawn (routing.route_layers; any routing kind), O(max_pass_tokens)
+#   per layer even for a decode pass of a few tokens.
+ROUTING_DRAWS = ("counts", "tokens")
 
 
 @dataclass(frozen=True)
@@ -49,6 +58,7 @@ class ServeConfig:
     requests: rq.RequestsConfig
     max_pass_tokens: int
     routing_kind: str = "uniform"
+    routing_draw: str = "counts"  # "counts": each layer's distinct experts drawn from their exact law; "tokens"
     max_iterations: int = 100_000
     scan_chunk: int = 64
 
@@ -58,6 +68,9 @@ class ServeConfig:
         require_int(c, "max_pass_tokens", self.max_pass_tokens, 1, routing.MAX_TOKENS)
         require_int(c, "max_iterations", self.max_iterations, 1)
         require_int(c, "scan_chunk", self.scan_chunk, 1)
+        require_choice(c, "routing_draw", self.routing_draw, ROUTING_DRAWS)
+        require(self.routing_draw == "tokens" or self.routing_kind == "uniform", c, "routing_draw", self.routing_draw,
+                f"drawing counts needs uniform routing (routing_kind = {self.routing_kind!r}); use 'tokens'")
         if self.model.is_moe:
             self.routing  # validates the routing kind against the model  # noqa: B018
 
@@ -118,8 +131,11 @@ def pass_times(words: tuple, batch: timing.Batch, draw, knobs: ServeKnobs, confi
     if model.is_moe:
         rc = config.routing
         moe_layers = jnp.asarray([i for i, k in enumerate(model.layer_kinds) if k == "moe"], jnp.int32)
-        mask = routing.active_mask(pass_tokens(batch), rc)
-        r = routing.route_layers(words, draw, moe_layers, mask, knobs.routing, rc)
+        tokens = pass_tokens(batch)
+        if config.routing_draw == "counts":
+            r = routing.count_routing(routing.distinct_count_draws(words, draw, moe_layers, tokens, rc), tokens, rc)
+        else:
+            r = routing.route_layers(words, draw, moe_layers, routing.active_mask(tokens, rc), knobs.routing, rc)
         needed, rows = r.needed, r.rows
     else:
         needed, rows = jnp.zeros((0, 1), bool), jnp.zeros((0, 1), jnp.int32)

@@ -45,6 +45,7 @@ are counted in int32.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -352,12 +353,13 @@ def expected_distinct_experts(experts, top_k, tokens):
     return experts * (1 - (1 - top_k / experts) ** tokens)
 
 
-def distinct_experts_pmf(experts: int, top_k: int, tokens: int, exact: bool = False):
+def distinct_experts_pmf(experts: int, top_k: int, tokens: int, exact: bool = False, all_tokens: bool = False):
     """P(D = d) for d = 0 … E: the exact law of the distinct experts T tokens need under uniform top-k.
 
     A DP over tokens: with d experts already needed, a token's k picks contain m new ones with the
-    hypergeometric probability C(E−d, m)·C(d, k−m) / C(E, k). float64 NumPy array, or a list of
-    ``Fraction`` with ``exact`` (small cases)."""
+    hypergeometric probability C(E−d, m)·C(d, k−m) / C(E, k). float64 NumPy array (with ``all_tokens``
+    float64[T + 1, E + 1], the law after every token count 0 … T), or a list of ``Fraction`` with
+    ``exact`` (small cases)."""
     owner = "distinct_experts_pmf"
     e = require_int(owner, "experts", experts, 1, MAX_EXPERTS)
     k = require_int(owner, "top_k", top_k, 1, e)
@@ -389,9 +391,47 @@ def distinct_experts_pmf(experts: int, top_k: int, tokens: int, exact: bool = Fa
     hyper /= hyper.sum(axis=1, keepdims=True)
     law = np.zeros(e + 1)
     law[0] = 1.0
+    laws = [law]
     for _ in range(t):
         new = np.zeros(e + 1)
         for fresh in range(k + 1):  # a token adding ``fresh`` new experts
             new[fresh:] += law[:e + 1 - fresh] * hyper[:e + 1 - fresh, fresh]
         law = new
-    return law
+        laws.append(law)
+    return np.stack(laws) if all_tokens else law
+
+
+@functools.cache
+def _distinct_cdf_table(experts: int, top_k: int, max_tokens: int) -> np.ndarray:
+    """float32[max_tokens + 1, E + 1]: row T is the CDF of the distinct experts T tokens need."""
+    cdf = np.cumsum(distinct_experts_pmf(experts, top_k, max_tokens, all_tokens=True), axis=1)
+    cdf[:, -1] = 1.0
+    return cdf.astype(np.float32)
+
+
+def distinct_count_draws(words: tuple, iteration, layers: jax.Array, tokens, config: RoutingConfig) -> jax.Array:
+    """int32[L]: for each layer in ``layers``, an exact draw of the number of distinct routed experts that
+    ``tokens`` (int32[], ≤ max_tokens) uniform top-k tokens need: the inverse CDF of
+    :func:`distinct_experts_pmf` at one hashed uniform per (words, iteration, layer). Layers and
+    iterations draw independently, as token-by-token routing does; which experts, and how the rows
+    split between them, is not drawn (see :func:`count_routing`). Cost O(E) per layer, whatever T."""
+    require(config.kind == "uniform", "distinct_count_draws", "kind", config.kind, "the law is uniform top-k's")
+    table = jnp.asarray(_distinct_cdf_table(config.routed_experts, config.top_k, config.max_tokens))
+    cdf = table[jnp.clip(jnp.asarray(tokens, jnp.int32), 0, config.max_tokens)]  # f32[E + 1]
+    u = rng.uniform01(rng.mix(*words, iteration, jnp.asarray(layers), Salt.ROUTE_COUNT))  # f32[L]
+    d = jnp.sum(cdf[None, :] <= u[:, None], axis=-1, dtype=jnp.int32)  # first CDF entry above u
+    return jnp.minimum(d, config.routed_experts)
+
+
+def count_routing(distinct: jax.Array, tokens, config: RoutingConfig) -> Routing:
+    """A ``Routing`` (fields [L, ...]) with ``distinct`` needed experts (the first ones) sharing the T·k
+    rows as evenly as possible: exact in what a roofline uses (distinct experts, total rows), not in
+    which experts or in the per-expert split."""
+    t = jnp.asarray(tokens, jnp.int32)
+    d = jnp.maximum(jnp.asarray(distinct, jnp.int32), 1)[..., None]
+    e = jnp.arange(config.routed_experts, dtype=jnp.int32)
+    total = t * config.top_k
+    rows = jnp.where(e < distinct[..., None], total // d + (e < total % d), 0).astype(jnp.int32)
+    needed = rows > 0
+    shared = jnp.broadcast_to(t if config.shared_experts else jnp.int32(0), distinct.shape)
+    return Routing(needed=needed, rows=rows, distinct_experts=needed.sum(axis=-1, dtype=jnp.int32), shared_rows=shared)
