@@ -98,7 +98,7 @@ def layer_times(batch: timing.Batch, needed: jax.Array, rows: jax.Array, kv_hbm_
     moe_delivery = _operator_delivery(base.moe, kv_hbm_fraction, org)
     dense_op = _op_us(base.dense, dense_delivery, gpu)
     moe_base_op = _op_us(base.moe, moe_delivery, gpu)
-    head = _op_us(base.lm_head, _operator_delivery_head(base.lm_head, org), gpu)
+    head = _op_us(base.lm_head, delivery.replicated_read(base.lm_head.weight_bytes, org, DENSE_WEIGHTS).read_us, gpu)
 
     layers = len(kinds)
     op_us = jnp.broadcast_to(dense_op, (layers, len(OPS)))
@@ -129,9 +129,3 @@ def layer_times(batch: timing.Batch, needed: jax.Array, rows: jax.Array, kv_hbm_
                       lm_head_us=head, iteration_us=layer_us.sum() + head, expert_direct_bytes=direct,
                       expert_relay_bytes=relay, expert_startup_us=startup)
 
-
-def _operator_delivery_head(costs: timing.OpCosts, org: OrgKnobs) -> jax.Array:
-    """The LM head's weights are dense weights (the placement of the attention projections)."""
-    row = org.place[DENSE_WEIGHTS]
-    w = costs.weight_bytes
-    return delivery.parallel_read(w * row[0], w * row[1], org, either_bytes=w * row[2]).read_us
