@@ -13,11 +13,17 @@ def test_serve_json_keys_and_several_systems(capsys):
     assert [s["system"] for s in out["systems"]] == ["dash", "relay-only"]
     for s in out["systems"]:
         for key in ("throughput_tokens_per_s", "e2e_s", "ttft_s", "tpot_ms", "p50_e2e_s", "p90_ttft_s", "p99_tpot_ms",
-                    "ci95_e2e_s", "decode_tokens_per_s", "overflow"):
+                    "ci95_e2e_s", "decode_tokens_per_s", "overflow", "write_stall_s", "prefill_write_gb",
+                    "writeback_gb", "mean_kv_hbm_gb", "max_kv_hbf_gb", "utilisation"):
             assert key in s, key
         assert not s["overflow"]
+        # 2 prompts × 64 tokens × Qwen3 KV (94 layers, 4 KV heads of 128, K and V, bf16) straight to HBF, none written back (budget far away)
+        assert abs(s["prefill_write_gb"] - 2 * 64 * 94 * 4 * 128 * 2 * 2 * 1e-9) < 1e-9 and s["writeback_gb"] == 0.0
+        assert set(s["utilisation"]) >= {"expert_direct", "expert_relay", "hbm_read", "hbf_read", "hbf_program"}
+        assert all(0.0 <= u <= 1.0 + 1e-6 for u in s["utilisation"].values())
     dash, relay = out["systems"]
     assert dash["e2e_s"] <= relay["e2e_s"]
+    assert relay["utilisation"]["expert_direct"] == 0.0  # RelayOnly has no Direct path
     assert out["lookahead_effective"] is True
 
 
@@ -31,3 +37,15 @@ def test_serve_online_reports_littles_law_terms_and_refuses_bad_options(capsys):
     assert main(["serve", "--system", "cpu-stream"]) == 2
     assert main(["serve", "--link-tbps", "0"]) == 2
     assert "--link-tbps = 0: must be in (0, 1000]" in capsys.readouterr().err
+
+
+def test_serve_replays_a_trace_with_slo_goodput(capsys, tmp_path):
+    rows = [f"2023-11-16 18:17:{3 + i:02d}.0000000,{100 + 10 * i},{3 + i % 4}" for i in range(12)]
+    path = tmp_path / "small.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "\n".join(rows) + "\n")
+    assert main(["serve", "--trace", str(path), "--requests", "12", "--warmup", "2", "--slots", "4",
+                 "--streams", "2", "--slo-ttft-s", "1000", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["slo_attainment"] == 1.0 and out["goodput_requests_per_s"] > 0
+    assert main(["serve", "--trace", str(path), "--rate", "1"]) == 2
+    assert "--rate and --trace: give one" in capsys.readouterr().err

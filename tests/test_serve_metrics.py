@@ -37,6 +37,19 @@ def test_per_request_from_the_hand_trace():
     assert np.isnan(m.tpot_s[0, 2])
 
 
+def test_slo_goodput_from_the_hand_trace():
+    """The same trace against TTFT ≤ 300 µs and TPOT ≤ 122 µs: r0 fails TPOT (125), r1 meets both (290, 120),
+    r2 fails TTFT (390) — its one-token output has no TPOT. Span 0 … 540 µs: goodput 1/540 µs, 2 tokens."""
+    req = _one_stream(requests_of(*THREE))
+    out = jax.vmap(lambda r: serve(r, BatcherKnobs.make(**SMALL), BatcherConfig(slots=2), tokens_pass_us))(req)
+    s = metrics.per_stream(_times(req, out), metrics.window(3, 0, None), metrics.Slo(ttft_s=300e-6, tpot_ms=0.122))
+    assert s["slo_attainment"][0] == pytest.approx(1 / 3)
+    assert s["goodput_requests_per_s"][0] == pytest.approx(1 / 540e-6)
+    assert s["goodput_tokens_per_s"][0] == pytest.approx(int(out.tokens_out[0, 1]) / 540e-6)
+    loose = metrics.per_stream(_times(req, out), metrics.window(3, 0, None), metrics.Slo(ttft_s=1.0))
+    assert loose["slo_attainment"][0] == 1.0  # no TPOT bound: every request meets a 1 s TTFT
+
+
 def constant_us(p, draw=0):
     return TAU_US + 0.0 * p.decode_mask.sum()
 

@@ -11,7 +11,7 @@ from _tiny_models import GQA
 from hbfjax import batch as hb
 from hbfjax import clock
 from hbfjax.memory import organisations as orgs
-from hbfjax.serve import system
+from hbfjax.serve import layer_time, system
 from hbfjax.serve.state import BatcherConfig, BatcherKnobs
 from hbfjax.workload import requests as rq
 from hbfjax.workload import timing
@@ -22,10 +22,10 @@ CONFIG = system.ServeConfig(model=GQA, batcher=BatcherConfig(slots=B),
                             max_iterations=100)
 
 
-def _knobs(org):
+def _knobs(org, **changes):
     return system.ServeKnobs.make(org, timing.GpuKnobs.make("h100-pcie"), BatcherKnobs.make(chunk_tokens=CHUNK),
                                   rq.RequestKnobs.make(batch=B, prompt=rq.LengthKnobs.make(PROMPT),
-                                                       output=rq.LengthKnobs.make(OUTPUT)), kv_hbm_fraction=0.5)
+                                                       output=rq.LengthKnobs.make(OUTPUT)), **changes)
 
 
 def _hand_batches():
@@ -42,18 +42,59 @@ def _hand_batches():
     return prefill + decode
 
 
-def test_a_fixed_batch_is_its_prefill_and_decode_passes_timed_by_hand():
-    knobs = _knobs(orgs.dash())
-    out = jax.jit(system.simulate, static_argnums=4)(jnp.int32(0), jnp.uint32(7), knobs, None, CONFIG)
+# DASH's KV, pass by pass (kv_tiers): both prompts' KV goes straight to HBF (2 × 4 tokens per prefill
+# pass); the first decode pass reads 8 HBF tokens per request (HBM share 0) and appends one token each in
+# HBM; the second reads 9, of which 1 in HBM (share 1/9). Shares are (decode attention, chunk attention).
+HAND_KV = [((0.0, 0.0), B * CHUNK), ((0.0, 0.0), B * CHUNK), ((0.0, 0.0), 0), ((1 / 9, 0.0), 0)]
+
+
+def _hand_pass_us(knobs, batches, writeback_tokens=(0, 0, 0, 0)):
     words = (jnp.uint32(7), jnp.int32(0))
-    us = [float(system.pass_times(words, b, 2 * i, knobs, CONFIG).iteration_us)  # mixed: pass 0 of iteration i
-          for i, b in enumerate(_hand_batches())]
+    us = []
+    for i, (b, (share, to_hbf), back) in enumerate(zip(batches, HAND_KV, writeback_tokens)):
+        t = system.pass_times(words, b, 2 * i, knobs, CONFIG, share)  # mixed: pass 0 of iteration i
+        stall = layer_time.kv_writes(t, to_hbf, back, knobs.org, GQA).stall_us.sum()
+        us.append(float(t.iteration_us + stall))
+    return us
+
+
+def test_a_fixed_batch_is_its_prefill_and_decode_passes_timed_by_hand():
+    knobs = _knobs(orgs.dash(t_prog_us=2000.0))  # a slow program, so the prefill writes stall
+    out = jax.jit(system.simulate, static_argnums=4)(jnp.int32(0), jnp.uint32(7), knobs, None, CONFIG)
+    us = _hand_pass_us(knobs, _hand_batches())
     first = np.asarray(clock.to_us(out.first_token))
     finish = np.asarray(clock.to_us(out.finish))
     assert int(out.iterations) == 4 and not bool(out.overflow)
     np.testing.assert_allclose(first, us[0] + us[1], rtol=1e-6)  # both prompts complete in the second pass
     np.testing.assert_allclose(finish, sum(us), rtol=1e-6)
     assert list(np.asarray(out.tokens_out)) == [OUTPUT] * B
+    per_token = GQA.kv_bytes_per_token
+    t = out.totals
+    np.testing.assert_allclose(float(t.busy_us), sum(us), rtol=1e-6)
+    assert float(t.prefill_write_bytes) == 2 * B * CHUNK * per_token and float(t.writeback_bytes) == 0.0
+    assert float(t.write_stall_us) > 0  # 2 ms programs exceed the tiny model's windows
+    # two prefill passes × L layers × one (partial) page wave each, at 2 ms
+    np.testing.assert_allclose(float(t.program_busy_us), 2 * GQA.layers * 2000.0, rtol=1e-6)
+    assert float(t.max_kv_hbm_bytes) == 2 * B * per_token and float(t.max_kv_hbf_bytes) == B * PROMPT * per_token
+
+
+def test_decode_kv_beyond_the_hbm_budget_is_written_back_oldest_first():
+    # a one-token budget: each decode pass appends 2 tokens in HBM (2 > 1), and one writeback unit (a page
+    # wave holds far more of the tiny model's tokens than exist) moves all of them to HBF
+    per_token = GQA.kv_bytes_per_token
+    knobs = _knobs(orgs.dash(), hbm_kv_budget_bytes=per_token)
+    out = jax.jit(system.simulate, static_argnums=4)(jnp.int32(0), jnp.uint32(7), knobs, None, CONFIG)
+    t = out.totals
+    assert float(t.writeback_bytes) == 2 * B * per_token and float(t.writeback_passes) == 2
+    assert float(t.max_kv_hbm_bytes) == 0.0
+    # the second decode pass then reads all of its KV from HBF, as the first did
+    hand = list(HAND_KV)
+    HAND_KV[3] = ((0.0, 0.0), 0)
+    try:
+        us = _hand_pass_us(knobs, _hand_batches(), writeback_tokens=(0, 0, B, B))
+    finally:
+        HAND_KV[:] = hand
+    np.testing.assert_allclose(np.asarray(clock.to_us(out.finish)), sum(us), rtol=1e-6)
 
 
 def test_organisations_on_one_knob_axis_compile_once_and_equal_separate_runs():
@@ -72,9 +113,9 @@ def test_organisations_on_one_knob_axis_compile_once_and_equal_separate_runs():
 def test_bad_serve_config_is_refused():
     with pytest.raises(Exception, match="ServeConfig.max_pass_tokens = 0"):
         system.ServeConfig(model=GQA, batcher=BatcherConfig(slots=B), requests=CONFIG.requests, max_pass_tokens=0)
-    with pytest.raises(Exception, match="ServeKnobs.kv_hbm_fraction = 1.5"):
+    with pytest.raises(Exception, match="ServeKnobs.hbm_kv_budget_bytes = -1"):
         system.ServeKnobs.make(orgs.dash(), timing.GpuKnobs.make(), BatcherKnobs.make(), rq.RequestKnobs.make(),
-                               kv_hbm_fraction=1.5)
+                               hbm_kv_budget_bytes=-1)
 
 
 def test_drawing_distinct_counts_matches_drawing_every_token_in_distribution():

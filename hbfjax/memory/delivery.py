@@ -316,6 +316,22 @@ class PrefillWrite(NamedTuple):
     exposed_us: jax.Array  # f32 max(0, write_us − window_us): what the overlap does not hide
 
 
+def _programmed_write(nbytes, route_gbps, knobs: OrgKnobs, window_us) -> PrefillWrite:
+    """``nbytes`` sent at ``route_gbps`` into the HBF base-die SRAM and programmed there, one region per
+    stack (at most a page wave) per tPROG: the two-stage flow shop of :func:`prefill_write`."""
+    nbytes, route = _f(nbytes), _f(route_gbps)
+    chunk = knobs.hbf_stacks * jnp.minimum(knobs.parallel_units * knobs.page_bytes, knobs.hbf_sram_region_bytes)
+    waves = jnp.ceil(nbytes / chunk)
+    p = knobs.t_prog_us
+    x = transfer_us(chunk, route)
+    first = transfer_us(jnp.minimum(nbytes, chunk), route)
+    link_us = transfer_us(nbytes, route)
+    write_us = jnp.maximum(jnp.maximum(first + waves * p, link_us + p), jnp.where(waves >= 2, (waves - 1) * x + 2 * p, 0.0))
+    write_us = jnp.where(nbytes > 0, write_us, 0.0)
+    return PrefillWrite(link_us=link_us, waves=waves, program_busy_us=waves * p, write_us=write_us,
+                        exposed_us=jnp.maximum(write_us - _f(window_us), 0.0))
+
+
 def prefill_write(kv_bytes, knobs: OrgKnobs, window_us=0.0) -> PrefillWrite:
     """Write ``kv_bytes`` of prefill KV straight from the GPU to HBF, without staging it in HBM.
 
@@ -328,16 +344,14 @@ def prefill_write(kv_bytes, knobs: OrgKnobs, window_us=0.0) -> PrefillWrite:
     programs overlap the layer's attention computation (DASH §V-B: the output-projection weights come
     from HBM meanwhile), so only the part beyond ``window_us`` is exposed.
     """
-    nbytes = _f(kv_bytes)
     r = rates(knobs)
     route = jnp.where(r.direct_gbps > 0, r.direct_gbps, r.relay_gbps)
-    chunk = knobs.hbf_stacks * jnp.minimum(knobs.parallel_units * knobs.page_bytes, knobs.hbf_sram_region_bytes)
-    waves = jnp.ceil(nbytes / chunk)
-    p = knobs.t_prog_us
-    x = transfer_us(chunk, route)
-    first = transfer_us(jnp.minimum(nbytes, chunk), route)
-    link_us = transfer_us(nbytes, route)
-    write_us = jnp.maximum(jnp.maximum(first + waves * p, link_us + p), jnp.where(waves >= 2, (waves - 1) * x + 2 * p, 0.0))
-    write_us = jnp.where(nbytes > 0, write_us, 0.0)
-    return PrefillWrite(link_us=link_us, waves=waves, program_busy_us=waves * p, write_us=write_us,
-                        exposed_us=jnp.maximum(write_us - _f(window_us), 0.0))
+    return _programmed_write(kv_bytes, route, knobs, window_us)
+
+
+def writeback_write(kv_bytes, knobs: OrgKnobs, window_us=0.0) -> PrefillWrite:
+    """Write ``kv_bytes`` of decode KV back from HBM to HBF (DASH §V-B "HBM-to-HBF KV Writeback"): over
+    the HBM–HBF links where they exist, else through the GPU (:func:`hbm_to_hbf_gbps`), into the HBF
+    SRAM and programmed wave by wave, the same flow shop as :func:`prefill_write`; the transfer starts
+    after the layer's QKV projection and overlaps what follows, ``window_us``."""
+    return _programmed_write(kv_bytes, hbm_to_hbf_gbps(knobs), knobs, window_us)

@@ -28,7 +28,7 @@ preemption (the whole KV is reserved at admission instead), and a cap on admissi
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -39,6 +39,24 @@ from hbfjax.workload.requests import Requests
 from hbfjax.workload.timing import Batch
 
 PassTime = Callable[[Batch, jax.Array], jax.Array]  # (batch, draw: int32[] unique per pass) -> float32[] µs
+
+
+class Mechanism(NamedTuple):
+    """What times an iteration and keeps state of its own beside the batcher's (DESIGN.md §5: "each
+    mechanism's state"), e.g. where each slot's KV lives and the run's write totals.
+
+    ``iteration(carry, state, batch, i)`` gets the carry, the state after :func:`schedule` (slot table
+    with this iteration's admissions; ``kv_tokens`` before its tokens) and the iteration's batch, and
+    returns ``(iteration_us float32[], carry)``; it is called on every scan step, and its carry is kept
+    unchanged where the stream has stopped."""
+
+    init: Callable[[], Any]
+    iteration: Callable[[Any, ServeState, Batch, jax.Array], tuple[jax.Array, Any]]
+
+
+def stateless(pass_us: PassTime, mode: str) -> Mechanism:
+    """The mechanism of an iteration-time callable with no state (:func:`iteration_us`)."""
+    return Mechanism(init=lambda: (), iteration=lambda carry, st, b, i: (iteration_us(b, pass_us, mode, i), carry))
 _SATURATE = MAX_KV_TOKENS + 1  # reservation sums saturate here: above any free capacity, inside int32
 
 
@@ -181,33 +199,46 @@ def running(state: ServeState, requests: Requests) -> jax.Array:
 
 def rollout(requests: Requests, knobs: BatcherKnobs, config: BatcherConfig, pass_us: PassTime,
             max_iterations: int, scan_chunk: int = 64) -> ServeState:
-    """Serve one stream to the end with an iteration-time callable; ``overflow`` is set if requests are
-    left when it stops (a request that never fits, or ``max_iterations`` iterations with work spent).
+    """Serve one stream to the end with a stateless iteration-time callable (:func:`run`)."""
+    return run(requests, knobs, config, stateless(pass_us, config.mode), max_iterations, scan_chunk)[0]
+
+
+def run(requests: Requests, knobs: BatcherKnobs, config: BatcherConfig, mechanism: Mechanism,
+        max_iterations: int, scan_chunk: int = 64) -> tuple[ServeState, Any]:
+    """Serve one stream to the end with a :class:`Mechanism`; returns the final state and carry.
+    ``overflow`` is set if requests are left when it stops (a request that never fits, or
+    ``max_iterations`` iterations with work spent).
 
     A ``while_loop`` over chunks of ``scan_chunk`` iterations (DESIGN.md §5 "Rollout"): inside a chunk a
-    ``lax.scan`` whose steps are no-ops once the stream has stopped (masked batch, slot table kept), so
-    under ``vmap`` the whole carry — the ``[R]`` arrays included — is selected once per chunk, not once
-    per iteration."""
+    ``lax.scan`` whose steps are no-ops once the stream has stopped (masked batch, slot table and carry
+    kept), so under ``vmap`` the whole state — the ``[R]`` arrays included — is selected once per chunk,
+    not once per iteration."""
     def go(st):
         return running(st, requests) & ~st.overflow & (st.iterations < max_iterations)
 
-    def step(st, _):
+    def keep(active, a, b_):
+        return jax.tree_util.tree_map(lambda x, y: jnp.where(active, x, y), a, b_)
+
+    def step(c, _):
+        st, carry = c
         active = go(st)
         new, b = schedule(st, requests, knobs, config)
-        keep = lambda a, b_: jax.tree_util.tree_map(lambda x, y: jnp.where(active, x, y), a, b_)  # noqa: E731
-        new = dataclasses.replace(new, slots=keep(new.slots, st.slots), admitted=keep(new.admitted, st.admitted),
-                                  now=keep(new.now, st.now), kv_used_tokens=keep(new.kv_used_tokens, st.kv_used_tokens),
-                                  prefill_last=keep(new.prefill_last, st.prefill_last),
-                                  overflow=keep(new.overflow, st.overflow))
+        new = dataclasses.replace(new, slots=keep(active, new.slots, st.slots),
+                                  admitted=keep(active, new.admitted, st.admitted), now=keep(active, new.now, st.now),
+                                  kv_used_tokens=keep(active, new.kv_used_tokens, st.kv_used_tokens),
+                                  prefill_last=keep(active, new.prefill_last, st.prefill_last),
+                                  overflow=keep(active, new.overflow, st.overflow))
         b = dataclasses.replace(b, decode_mask=b.decode_mask & active, chunk_mask=b.chunk_mask & active,
                                 chunk_emits=b.chunk_emits & active)
-        return advance(new, iteration_us(b, pass_us, config.mode, st.iterations), b), None
+        us, new_carry = mechanism.iteration(carry, new, b, st.iterations)
+        return (advance(new, us, b), keep(active, new_carry, carry)), None
 
-    def chunk(carry):
-        st, chunks = carry
-        return jax.lax.scan(step, st, length=scan_chunk)[0], chunks + 1
+    def chunk(c):
+        (st, carry), chunks = c
+        return jax.lax.scan(step, (st, carry), length=scan_chunk)[0], chunks + 1
 
     # every chunk of a live stream holds an iteration with work; the chunk count only guards the loop
-    final, _ = jax.lax.while_loop(lambda c: go(c[0]) & (c[1] <= max_iterations), chunk,
-                                  (init(requests.valid.shape[0], config), jnp.int32(0)))
-    return dataclasses.replace(final, overflow=final.overflow | running(final, requests))
+    start = (init(requests.valid.shape[0], config), mechanism.init())
+    (final, carry), _ = jax.lax.while_loop(lambda c: go(c[0][0]) & (c[1] <= max_iterations), chunk,
+                                           (start, jnp.int32(0)))
+    return dataclasses.replace(final, overflow=final.overflow | running(final, requests)), carry

@@ -25,7 +25,8 @@ Overlap assumed, stated here once: within an operator, data delivery and compute
 (double-buffered streaming into the GEMM); operators of a layer run one after another, and no
 operator's transfer starts during the previous one beyond the tR that prefetching hides. The first
 token of an operator's data is therefore on the critical path only through tR. KV writes (direct
-prefill write, decode writeback) are not composed here; the step adds them.
+prefill write, decode writeback) run beside a layer's operators, from its QKV projection to its
+expert reads (:func:`kv_writes`); the serving step adds what they expose.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hbfjax.memory import delivery
-from hbfjax.memory.organisations import DENSE_WEIGHTS, EXPERT_WEIGHTS, OrgKnobs
+from hbfjax.memory.organisations import DENSE_WEIGHTS, EXPERT_WEIGHTS, OrgKnobs, page_wave_bytes
 from hbfjax.workload import timing
 from hbfjax.workload.models import ModelSpec
 
@@ -60,6 +61,8 @@ class LayerTimes(NamedTuple):
     expert_direct_bytes: jax.Array  # float32[L] routed-expert bytes over Direct (0 for dense layers)
     expert_relay_bytes: jax.Array  # float32[L] routed-expert bytes over Relay
     expert_startup_us: jax.Array  # float32[L] exposed tR (and first relay chunk) of the slower path
+    hbm_read_bytes: jax.Array  # float32[] non-routed-expert bytes read from HBM (weights and KV), every layer
+    hbf_read_bytes: jax.Array  # float32[] non-routed-expert bytes read from HBF, every layer and the LM head
 
 
 def expert_bytes(model: ModelSpec) -> float:
@@ -75,32 +78,50 @@ def _op_us(costs: timing.OpCosts, delivery_us, gpu: timing.GpuKnobs):
     return jnp.where(costs.kernels > 0, busy + costs.kernels * gpu.launch_us, 0.0)
 
 
-def _operator_delivery(costs: timing.OpCosts, kv_hbm_fraction, org: OrgKnobs) -> jax.Array:
-    """float32[..., ops]: weights placed by kind and KV split between the tiers, read in parallel."""
+def kv_share_per_op(kv_hbm_fraction) -> jax.Array:
+    """float32[ops]: the HBM share of each operator's KV reads, from one share (float32[]) or a
+    (decode attention, chunk attention) pair."""
+    if isinstance(kv_hbm_fraction, tuple):
+        decode, prefill = (jnp.asarray(f, jnp.float32) for f in kv_hbm_fraction)
+        return jnp.where(np.array(OPS) == "attention_decode", decode, jnp.where(np.array(OPS) == "attention_prefill",
+                                                                               prefill, 0.0))
+    return jnp.broadcast_to(jnp.asarray(kv_hbm_fraction, jnp.float32), (len(OPS),))
+
+
+def _operator_delivery(costs: timing.OpCosts, kv_share: jax.Array, org: OrgKnobs) -> delivery.ParallelRead:
+    """Per operator (``[..., ops]``): weights placed by kind and KV split between the tiers by
+    ``kv_share`` (float32[ops]), read in parallel."""
     row = jnp.where(_EXPERT_KIND[:, None], org.place[EXPERT_WEIGHTS], org.place[DENSE_WEIGHTS])  # f32[ops, 3]
     w = costs.weight_bytes[..., None] * row
     kv = jnp.where(_ATTENTION, costs.kv_bytes, 0.0)
-    f = jnp.asarray(kv_hbm_fraction, jnp.float32)
-    return delivery.parallel_read(w[..., 0] + kv * f, w[..., 1] + kv * (1.0 - f), org, either_bytes=w[..., 2]).read_us
+    return delivery.parallel_read(w[..., 0] + kv * kv_share, w[..., 1] + kv * (1.0 - kv_share), org,
+                                  either_bytes=w[..., 2])
 
 
 def layer_times(batch: timing.Batch, needed: jax.Array, rows: jax.Array, kv_hbm_fraction, gpu: timing.GpuKnobs,
                 org: OrgKnobs, config: timing.TimingConfig) -> LayerTimes:
     """Per-layer times of one iteration (module docstring). ``needed: bool[L_moe, E]`` and
     ``rows: int32[L_moe, E]`` are each MoE layer's routing (``hbfjax.workload.routing.route_layers``),
-    in layer order; ``kv_hbm_fraction`` (float32[]) is the share of the KV the attention reads that
-    is held in HBM. Roofline timing (a measured table is not composed yet)."""
+    in layer order; ``kv_hbm_fraction`` is the share of the KV the attention reads that is held in HBM:
+    one float32[] or a (decode attention, chunk attention) pair (:func:`kv_share_per_op`). Roofline
+    timing (a measured table is not composed yet)."""
     model = config.model
     kinds = np.array(model.layer_kinds)
     rows = jnp.asarray(rows, jnp.int32)
     base = timing.step_costs(batch, jnp.zeros((max(model.routed_experts, 1),), jnp.int32), gpu, config)
-    dense_delivery = _operator_delivery(base.dense, kv_hbm_fraction, org)
-    moe_delivery = _operator_delivery(base.moe, kv_hbm_fraction, org)
+    share = kv_share_per_op(kv_hbm_fraction)
+    dense_read = _operator_delivery(base.dense, share, org)
+    moe_read = _operator_delivery(base.moe, share, org)
+    head_read = delivery.replicated_read(base.lm_head.weight_bytes, org, DENSE_WEIGHTS)
+    dense_delivery, moe_delivery = dense_read.read_us, moe_read.read_us
     dense_op = _op_us(base.dense, dense_delivery, gpu)
     moe_base_op = _op_us(base.moe, moe_delivery, gpu)
-    head = _op_us(base.lm_head, delivery.replicated_read(base.lm_head.weight_bytes, org, DENSE_WEIGHTS).read_us, gpu)
+    head = _op_us(base.lm_head, head_read.read_us, gpu)
 
     layers = len(kinds)
+    n_moe = int((kinds == "moe").sum())
+    hbm_read = (layers - n_moe) * dense_read.hbm_bytes.sum() + n_moe * moe_read.hbm_bytes.sum() + head_read.hbm_bytes
+    hbf_read = (layers - n_moe) * dense_read.hbf_bytes.sum() + n_moe * moe_read.hbf_bytes.sum() + head_read.hbf_bytes
     op_us = jnp.broadcast_to(dense_op, (layers, len(OPS)))
     delivery_us = jnp.broadcast_to(dense_delivery, (layers, len(OPS)))
     compute_us = jnp.broadcast_to(base.dense.compute_us, (layers, len(OPS)))
@@ -127,5 +148,52 @@ def layer_times(batch: timing.Batch, needed: jax.Array, rows: jax.Array, kv_hbm_
     layer_us = op_us.sum(axis=-1)
     return LayerTimes(op_us=op_us, delivery_us=delivery_us, compute_us=compute_us, layer_us=layer_us,
                       lm_head_us=head, iteration_us=layer_us.sum() + head, expert_direct_bytes=direct,
-                      expert_relay_bytes=relay, expert_startup_us=startup)
+                      expert_relay_bytes=relay, expert_startup_us=startup, hbm_read_bytes=hbm_read,
+                      hbf_read_bytes=hbf_read)
 
+
+
+# --- KV writes (DASH §V-B "Direct Prefill Write", "HBM-to-HBF KV Writeback") -----------------------
+
+# what runs after a layer's QKV projection and before its experts read HBF: the window in which the
+# layer's KV writes are sent and programmed (both start once the QKV projection has produced the KV)
+WRITE_WINDOW_OPS = ("attention_decode", "attention_prefill", "out_proj", "norms", "router", "dense_ffn")
+_WINDOW = np.isin(np.array(OPS), WRITE_WINDOW_OPS)
+
+
+class KvWrites(NamedTuple):
+    """One pass's KV writes into HBF and what they expose."""
+
+    stall_us: jax.Array  # float32[L] per layer: the writes' time beyond its window
+    program_busy_us: jax.Array  # float32[] page-wave programs × tPROG, every layer
+    direct_bytes: jax.Array  # float32[] new KV written from the GPU straight to HBF
+    writeback_bytes: jax.Array  # float32[] KV written back from HBM to HBF
+
+
+def write_window_us(times: LayerTimes) -> jax.Array:
+    """float32[L]: each layer's operators between its QKV projection and its expert reads."""
+    return jnp.where(_WINDOW, times.op_us, 0.0).sum(axis=-1)
+
+
+def kv_writes(times: LayerTimes, to_hbf_tokens, writeback_tokens, org: OrgKnobs, model: ModelSpec) -> KvWrites:
+    """The KV writes of a pass (``kv_tiers.book``'s token counts) laid on its layers.
+
+    Every layer writes its own KV of the ``to_hbf_tokens`` new HBF-bound tokens straight from the GPU
+    (``delivery.prefill_write``). The ``writeback_tokens`` (all layers' KV of each) are moved as whole
+    page waves, spread over the layers' windows one wave at a time (layer l gets ``W // L`` waves, one
+    more while ``l < W mod L``; ``delivery.writeback_write``). The two kinds share a layer's HBF
+    programs, so they run one after the other; what exceeds the layer's window
+    (:func:`write_window_us`) is exposed. Writes and reads cross the links in opposite directions and do
+    not compete for them; a program's interference with the same window's HBF reads (plane
+    collisions) is not modelled here."""
+    layers = times.layer_us.shape[0]
+    per_layer = float(model.kv_bytes_per_token_layer)
+    direct = delivery.prefill_write(jnp.asarray(to_hbf_tokens, jnp.float32) * per_layer, org)
+    back_bytes = jnp.asarray(writeback_tokens, jnp.float32) * float(model.kv_bytes_per_token)
+    waves = jnp.ceil(back_bytes / page_wave_bytes(org))
+    share = jnp.floor(waves / layers) + (jnp.arange(layers) < jnp.mod(waves, layers))  # f32[L] waves per layer
+    back = delivery.writeback_write(back_bytes * share / jnp.maximum(waves, 1.0), org)  # fields f32[L]
+    stall = jnp.maximum(direct.write_us + back.write_us - write_window_us(times), 0.0)
+    return KvWrites(stall_us=stall, program_busy_us=layers * direct.program_busy_us + back.program_busy_us.sum(),
+                    direct_bytes=jnp.asarray(to_hbf_tokens, jnp.float32) * float(model.kv_bytes_per_token),
+                    writeback_bytes=back_bytes)

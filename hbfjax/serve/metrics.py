@@ -10,6 +10,10 @@ warm-up is masked, not a second rollout. Per stream:
 * ``decode_tokens_per_s``: their decode tokens Σ(output − 1) over the span from the first first-token
   to the last finish — for a fixed batch whose prefills end together, B·(L_out − 1)/T_decode;
 * means and P50/P90/P99 of TTFT, TPOT and E2E over the measured requests;
+* with service-level objectives (:class:`Slo`): ``slo_attainment``, the share of measured requests
+  whose TTFT and TPOT both meet them (a one-token output has no TPOT and meets that part), and
+  ``goodput_requests_per_s`` / ``goodput_tokens_per_s``, those requests (their output tokens) over the
+  measured span;
 * Little's law terms over the arrival window [first, last measured arrival]: ``mean_requests_in_system``
   L (time-average of every request present, warm-up and later ones included), ``arrival_rate_per_s``
   λ (measured arrivals in the window per second), with ``e2e_s`` as W: L ≈ λW in steady state.
@@ -31,6 +35,13 @@ from hbfjax.reports import mean_ci_fields
 from hbfjax.validate import require, require_int
 
 QUANTILES = (50, 90, 99)
+
+
+class Slo(NamedTuple):
+    """Service-level objectives; None: no bound on that metric."""
+
+    ttft_s: float | None = None
+    tpot_ms: float | None = None
 
 
 class RequestTimes(NamedTuple):
@@ -96,14 +107,28 @@ def time_in_window(t: RequestTimes, t0: np.ndarray, t1: np.ndarray) -> np.ndarra
     return np.where(t.valid, np.maximum(hi - lo, 0.0), 0.0).sum(axis=1)
 
 
-def per_stream(t: RequestTimes, in_window: np.ndarray) -> dict:
-    """``{key: float64[S]}``: throughput, latency means and quantiles, Little's law terms per stream."""
+def _goodput(t: RequestTimes, m: RequestMetrics, slo: Slo, span_s: np.ndarray) -> dict:
+    """SLO attainment and goodput per stream (module docstring)."""
+    ok = m.measured.copy()
+    if slo.ttft_s is not None:
+        ok &= m.ttft_s <= slo.ttft_s
+    if slo.tpot_ms is not None:
+        ok &= np.isnan(m.tpot_s) | (m.tpot_s * 1e3 <= slo.tpot_ms)
+    return {"slo_attainment": ok.sum(axis=1) / m.measured.sum(axis=1),
+            "goodput_requests_per_s": ok.sum(axis=1) / span_s,
+            "goodput_tokens_per_s": np.where(ok, t.tokens_out, 0).sum(axis=1) / span_s}
+
+
+def per_stream(t: RequestTimes, in_window: np.ndarray, slo: Slo | None = None) -> dict:
+    """``{key: float64[S]}``: throughput, latency means and quantiles, Little's law terms per stream,
+    and SLO goodput when ``slo`` is given."""
     m = per_request(t, in_window)
     out_tokens = np.where(m.measured, t.tokens_out, 0).sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a stream with no TPOT (all outputs 1 token): NaN
+        span_s = _span(t.arrival_s, t.finish_s, m.measured)
         result = {
-            "throughput_tokens_per_s": out_tokens / _span(t.arrival_s, t.finish_s, m.measured),
+            "throughput_tokens_per_s": out_tokens / span_s,
             "decode_tokens_per_s": np.where(m.measured, t.tokens_out - 1, 0).sum(axis=1)
             / _span(t.first_token_s, t.finish_s, m.measured),
         }
@@ -116,11 +141,13 @@ def per_stream(t: RequestTimes, in_window: np.ndarray) -> dict:
         arrivals = (m.measured & (t.arrival_s < t1[:, None])).sum(axis=1)  # [t0, t1): the last one closes it
         result["mean_requests_in_system"] = time_in_window(t, t0, t1) / (t1 - t0)
         result["arrival_rate_per_s"] = arrivals / (t1 - t0)
+        if slo is not None:
+            result.update(_goodput(t, m, slo, span_s))
     return result
 
 
-def summary(t: RequestTimes, warmup: int = 0, measured: int | None = None) -> dict:
+def summary(t: RequestTimes, warmup: int = 0, measured: int | None = None, slo: Slo | None = None) -> dict:
     """Across-stream means with 95 % half-widths (``ci95_<key>``) of every :func:`per_stream` value."""
     require(t.arrival_s.ndim == 2, "summary", "arrival_s.ndim", t.arrival_s.ndim, "must be 2 (streams, requests)")
-    stream = per_stream(t, window(t.arrival_s.shape[1], warmup, measured))
+    stream = per_stream(t, window(t.arrival_s.shape[1], warmup, measured), slo)
     return mean_ci_fields(stream, tuple(stream))

@@ -9,16 +9,21 @@ E2E and throughput on the host.
 
 What is composed so far, and what is not yet:
 
-* composed: the batcher (``batching.rollout``: admission by KV reservation over HBM then HBF, one
-  decode token per running request, one chunk per prefilling request within the token budget; mixed,
-  serial or alternate passes), honest per-layer routing (``routing.route_layers``, drawn per pass and
-  layer; ``ServeConfig.routing_draw``), GPU operator costs with each operator's weights and KV delivered by the organisation
-  (``layer_time.layer_times``: replicated projections read from both tiers, experts over Direct and
-  Relay, lookahead);
-* not yet: KV writes (direct prefill write, decode writeback of page waves) and their stalls, the
-  split of each request's KV between HBM and HBF (a traced knob, ``kv_hbm_fraction``, stands in: the
-  share of the KV attention reads that sits in HBM), plane collisions of HBF KV reads, GC, prefix
-  reuse, and the CPU-offloading systems.
+* composed: the batcher (``batching.run``: admission while the whole KV fits the organisation's HBM
+  KV budget plus the HBF the weights leave, one decode token per running request, one chunk per
+  prefilling request within the token budget; mixed, serial or alternate passes), honest per-layer
+  routing (``routing.route_layers`` or ``count_routing``, drawn per pass and layer;
+  ``ServeConfig.routing_draw``), GPU operator costs with each operator's weights and KV delivered by
+  the organisation (``layer_time.layer_times``: replicated projections read from both tiers, experts
+  over Direct and Relay, lookahead), where each request's KV lives (``kv_tiers``: prefill KV written
+  straight to HBF, decode KV appended in HBM and written back in page waves once the HBM KV budget is
+  exceeded; attention reads each tier's share in parallel), and the KV writes' exposed stalls
+  (``layer_time.kv_writes``);
+* not yet: plane collisions of HBF KV reads with programs, GC, prefix reuse, a measured GPU table in
+  the step.
+
+Totals of the run (``ServeOutput.totals``) are float32 sums kept with Kahan compensation, so a
+million-iteration run loses no more than float32 rounding of the total.
 """
 
 from __future__ import annotations
@@ -28,10 +33,11 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from hbfjax.clock import Clock
 from hbfjax.memory.organisations import OrgKnobs
-from hbfjax.serve import batching, layer_time
+from hbfjax.serve import batching, kv_tiers, layer_time
 from hbfjax.serve.state import BatcherConfig, BatcherKnobs
 from hbfjax.validate import require, require_choice, require_int, require_real
 from hbfjax.workload import requests as rq
@@ -89,22 +95,66 @@ class ServeConfig:
 @dataclass(frozen=True)
 class ServeKnobs:
     """Everything a sweep may vary without recompiling: the organisation, the GPU, the batcher, the
-    request stream, the routing skew, and the stand-in for the KV tier split."""
+    request stream, the routing skew, and the HBM KV budget."""
 
     org: OrgKnobs
     gpu: timing.GpuKnobs
     batcher: BatcherKnobs
     requests: rq.RequestKnobs
     routing: routing.RoutingKnobs
-    kv_hbm_fraction: jax.Array  # float32[] share of the KV attention reads that is held in HBM
+    hbm_kv_budget_bytes: jax.Array  # float32[] HBM-resident KV above which writeback starts; < 0: derived
 
     @classmethod
     def make(cls, org: OrgKnobs, gpu: timing.GpuKnobs, batcher: BatcherKnobs, requests: rq.RequestKnobs,
-             routing_knobs: routing.RoutingKnobs | None = None, kv_hbm_fraction: float = 0.0) -> "ServeKnobs":
-        f = require_real(cls.__name__, "kv_hbm_fraction", kv_hbm_fraction, 0.0, 1.0)
+             routing_knobs: routing.RoutingKnobs | None = None, hbm_kv_budget_bytes: float | None = None) -> "ServeKnobs":
+        """``hbm_kv_budget_bytes`` None: every HBM byte the placed weights leave (``kv_tiers.capacity_tokens``);
+        the batcher's ``kv_capacity_tokens`` caps admission further (its default is unbounded)."""
+        budget = -1.0 if hbm_kv_budget_bytes is None else require_real(
+            cls.__name__, "hbm_kv_budget_bytes", hbm_kv_budget_bytes, 0.0, 1e15)
         return cls(org=org, gpu=gpu, batcher=batcher, requests=requests,
                    routing=routing.RoutingKnobs.make() if routing_knobs is None else routing_knobs,
-                   kv_hbm_fraction=jnp.float32(f))
+                   hbm_kv_budget_bytes=jnp.float32(budget))
+
+
+class Totals(NamedTuple):
+    """Sums over one stream's run (float32[] each; bytes, µs, byte·µs)."""
+
+    busy_us: jax.Array  # time with work: the sum of iteration times (idle gaps excluded)
+    prefill_write_bytes: jax.Array  # new KV written from the GPU straight to HBF (direct prefill write)
+    writeback_bytes: jax.Array  # decode KV written back from HBM to HBF
+    write_stall_us: jax.Array  # KV-write time beyond its windows, on the critical path
+    program_busy_us: jax.Array  # HBF page-wave programs × tPROG
+    writeback_passes: jax.Array  # passes that wrote back
+    expert_direct_bytes: jax.Array  # routed-expert bytes over Direct
+    expert_relay_bytes: jax.Array  # routed-expert bytes over Relay
+    hbm_read_bytes: jax.Array  # other bytes (weights, KV) read from HBM
+    hbf_read_bytes: jax.Array  # other bytes read from HBF
+    kv_hbm_byte_us: jax.Array  # ∫ HBM-resident KV bytes dt over the busy time
+    kv_hbf_byte_us: jax.Array  # ∫ HBF-resident KV bytes dt over the busy time
+    max_kv_hbm_bytes: jax.Array  # most HBM-resident KV at the end of a pass
+    max_kv_hbf_bytes: jax.Array  # most HBF-resident KV at the end of a pass
+
+
+_MAX_FIELDS = ("max_kv_hbm_bytes", "max_kv_hbf_bytes")
+
+
+def _zero_totals() -> Totals:
+    return Totals(*(jnp.float32(0.0) for _ in Totals._fields))
+
+
+def _accumulate(sums: Totals, comp: Totals, add: Totals) -> tuple[Totals, Totals]:
+    """Kahan-compensated ``sums + add`` (the maxima fields: running maxima)."""
+    new_s, new_c = [], []
+    for name, s_, c_, x in zip(Totals._fields, sums, comp, add):
+        if name in _MAX_FIELDS:
+            new_s.append(jnp.maximum(s_, x))
+            new_c.append(c_)
+            continue
+        y = x - c_
+        t = s_ + y
+        new_c.append((t - s_) - y)
+        new_s.append(t)
+    return Totals(*new_s), Totals(*new_c)
 
 
 class ServeOutput(NamedTuple):
@@ -117,6 +167,7 @@ class ServeOutput(NamedTuple):
     valid: jax.Array  # bool[R]
     iterations: jax.Array  # int32[] iterations with work
     overflow: jax.Array  # bool[] a request never fitted, or max_iterations ran out
+    totals: Totals  # float32[] each: the run's write, read and occupancy sums
 
 
 def pass_tokens(batch: timing.Batch) -> jax.Array:
@@ -124,9 +175,11 @@ def pass_tokens(batch: timing.Batch) -> jax.Array:
     return batch.decode_mask.sum(dtype=jnp.int32) + jnp.where(batch.chunk_mask, batch.chunk_tokens, 0).sum(dtype=jnp.int32)
 
 
-def pass_times(words: tuple, batch: timing.Batch, draw, knobs: ServeKnobs, config: ServeConfig) -> layer_time.LayerTimes:
+def pass_times(words: tuple, batch: timing.Batch, draw, knobs: ServeKnobs, config: ServeConfig,
+               kv_hbm_fraction=0.0) -> layer_time.LayerTimes:
     """Per-layer times of one pass: every MoE layer routed for this pass (``words`` = (seed, stream),
-    ``draw`` the pass's draw index), then composed on the organisation."""
+    ``draw`` the pass's draw index), then composed on the organisation with the HBM share of the
+    attention's KV reads (one float32[] or a (decode, chunk) pair; ``kv_tiers.read_shares``)."""
     model = config.model
     if model.is_moe:
         rc = config.routing
@@ -139,18 +192,114 @@ def pass_times(words: tuple, batch: timing.Batch, draw, knobs: ServeKnobs, confi
         needed, rows = r.needed, r.rows
     else:
         needed, rows = jnp.zeros((0, 1), bool), jnp.zeros((0, 1), jnp.int32)
-    return layer_time.layer_times(batch, needed, rows, knobs.kv_hbm_fraction, knobs.gpu, knobs.org, config.timing)
+    return layer_time.layer_times(batch, needed, rows, kv_hbm_fraction, knobs.gpu, knobs.org, config.timing)
+
+
+class PassResult(NamedTuple):
+    """One pass composed: its time, the KV residency after it, and what it adds to the totals."""
+
+    pass_us: jax.Array  # float32[] layers, LM head and exposed write stalls (0 for an empty pass)
+    kv: kv_tiers.KvTiers
+    totals: Totals
+
+
+def serve_pass(words: tuple, kv: kv_tiers.KvTiers, kv_tokens, batch: timing.Batch, draw, capacity: kv_tiers.Capacity,
+               knobs: ServeKnobs, config: ServeConfig) -> PassResult:
+    """One GPU pass on the organisation (module docstring): read shares from the KV residency, layer
+    times, the pass's KV placed and written back, and the writes' exposed stall."""
+    times = pass_times(words, batch, draw, knobs, config, kv_tiers.read_shares(kv, kv_tokens, batch))
+    new_kv, moves = kv_tiers.book(kv, kv_tokens, batch, knobs.org, capacity)
+    writes = layer_time.kv_writes(times, moves.to_hbf_tokens, moves.writeback_tokens, knobs.org, config.model)
+    work = batching.has_work(batch)
+    us = jnp.where(work, times.iteration_us + writes.stall_us.sum(), 0.0)
+    per_token = float(config.model.kv_bytes_per_token)
+    hbm_kv, hbf_kv = moves.hbm_tokens * per_token, moves.hbf_tokens * per_token
+    z = lambda x: jnp.where(work, jnp.asarray(x, jnp.float32), 0.0)  # noqa: E731
+    add = Totals(busy_us=us, prefill_write_bytes=z(writes.direct_bytes), writeback_bytes=z(writes.writeback_bytes),
+                 write_stall_us=z(writes.stall_us.sum()), program_busy_us=z(writes.program_busy_us),
+                 writeback_passes=z(moves.writeback_tokens > 0), expert_direct_bytes=z(times.expert_direct_bytes.sum()),
+                 expert_relay_bytes=z(times.expert_relay_bytes.sum()), hbm_read_bytes=z(times.hbm_read_bytes),
+                 hbf_read_bytes=z(times.hbf_read_bytes), kv_hbm_byte_us=z(hbm_kv * us), kv_hbf_byte_us=z(hbf_kv * us),
+                 max_kv_hbm_bytes=z(hbm_kv), max_kv_hbf_bytes=z(hbf_kv))
+    return PassResult(pass_us=us, kv=jax.tree_util.tree_map(lambda a, b: jnp.where(work, a, b), new_kv, kv), totals=add)
+
+
+def admission_capacity(capacity: kv_tiers.Capacity, batcher: BatcherKnobs) -> BatcherKnobs:
+    """The batcher's knobs with its tier capacities the organisation's (HBM budget, HBF room), cut
+    to the batcher's own total where that is smaller."""
+    cap = batcher.kv_capacity_tokens.sum()
+    hbm = jnp.minimum(capacity.hbm_budget_tokens, cap)
+    hbf = jnp.minimum(capacity.hbf_tokens, cap - hbm)
+    tiers = batcher.kv_capacity_tokens.shape[0]
+    caps = jnp.zeros(tiers, jnp.int32).at[0].set(hbm).at[min(1, tiers - 1)].add(hbf)
+    return BatcherKnobs(chunk_tokens=batcher.chunk_tokens, token_budget=batcher.token_budget, kv_capacity_tokens=caps)
+
+
+def mechanism(words: tuple, knobs: ServeKnobs, config: ServeConfig) -> batching.Mechanism:
+    """The iteration of :func:`serve_pass` for each of its passes, with the KV residency and the
+    compensated totals as the carry."""
+    capacity = kv_tiers.capacity_tokens(knobs.org, config.model, knobs.hbm_kv_budget_bytes)
+
+    def iteration(carry, st, batch, i):
+        kv, sums, comp = carry
+        kv = kv_tiers.sync(kv, st.slots.request)
+        kv_tokens = st.slots.kv_tokens
+        total_us = jnp.float32(0.0)
+        for k, p in enumerate(batching.passes(batch, config.batcher.mode)):
+            r = serve_pass(words, kv, kv_tokens, p, 2 * jnp.asarray(i, jnp.int32) + k, capacity, knobs, config)
+            kv, total_us = r.kv, total_us + r.pass_us
+            sums, comp = _accumulate(sums, comp, r.totals)
+            kv_tokens = kv_tokens + jnp.where(p.chunk_mask, p.chunk_tokens, 0) + p.decode_mask.astype(jnp.int32)
+        return total_us, (kv, sums, comp)
+
+    return batching.Mechanism(init=lambda: (kv_tiers.init(config.batcher.slots), _zero_totals(), _zero_totals()),
+                              iteration=iteration)
 
 
 def simulate(stream_id, seed, knobs: ServeKnobs, inputs, config: ServeConfig) -> ServeOutput:
     """Serve one stream's requests to the end (module docstring); ``inputs``: a trace's
     ``requests.TraceInputs`` for replay, else None."""
     reqs = rq.generate(stream_id, seed, knobs.requests, inputs, config.requests)
-    words = (seed, stream_id)
-
-    def pass_us(batch, draw):
-        return pass_times(words, batch, draw, knobs, config).iteration_us
-
-    st = batching.rollout(reqs, knobs.batcher, config.batcher, pass_us, config.max_iterations, config.scan_chunk)
+    capacity = kv_tiers.capacity_tokens(knobs.org, config.model, knobs.hbm_kv_budget_bytes)
+    st, (_, totals, _) = batching.run(reqs, admission_capacity(capacity, knobs.batcher), config.batcher,
+                                      mechanism((seed, stream_id), knobs, config), config.max_iterations,
+                                      config.scan_chunk)
     return ServeOutput(arrival=reqs.arrival, first_token=st.first_token, finish=st.finish, tokens_out=st.tokens_out,
-                       valid=reqs.valid, iterations=st.iterations, overflow=st.overflow)
+                       valid=reqs.valid, iterations=st.iterations, overflow=st.overflow, totals=totals)
+
+
+def totals_report(totals: Totals, org: OrgKnobs) -> dict:
+    """Host ``{key: float64[S]}`` per stream from a run's totals (``Totals`` of float32[S]) on ``org``:
+    write volumes, exposed stall, KV occupancy, and utilisations — each path's or link's bytes over
+    what it could carry in the busy time (expert Direct and Relay paths, HBM and HBF reads by their
+    cuts, the writeback route), and HBF program time over the busy time."""
+    from hbfjax.memory import delivery  # noqa: PLC0415  (host-only use)
+
+    t = {k: np.asarray(v, np.float64) for k, v in totals._asdict().items()}
+    busy_us = np.maximum(t["busy_us"], 1e-30)
+    r = delivery.rates(org)
+    cuts = delivery.read_cuts(org)
+
+    def used(nbytes, gbps):
+        gbps = float(gbps)
+        return nbytes / (gbps * 1e3 * busy_us) if gbps > 0 else np.zeros_like(nbytes)
+
+    return {
+        "busy_s": t["busy_us"] * 1e-6,
+        "write_stall_s": t["write_stall_us"] * 1e-6,
+        "program_busy_s": t["program_busy_us"] * 1e-6,
+        "prefill_write_gb": t["prefill_write_bytes"] * 1e-9,
+        "writeback_gb": t["writeback_bytes"] * 1e-9,
+        "writeback_passes": t["writeback_passes"],
+        "mean_kv_hbm_gb": t["kv_hbm_byte_us"] / busy_us * 1e-9,
+        "mean_kv_hbf_gb": t["kv_hbf_byte_us"] / busy_us * 1e-9,
+        "max_kv_hbm_gb": t["max_kv_hbm_bytes"] * 1e-9,
+        "max_kv_hbf_gb": t["max_kv_hbf_bytes"] * 1e-9,
+        "utilisation_expert_direct": used(t["expert_direct_bytes"], r.direct_gbps),
+        "utilisation_expert_relay": used(t["expert_relay_bytes"], r.relay_gbps),
+        "utilisation_hbm_read": used(t["hbm_read_bytes"], cuts.hbm_gbps),
+        "utilisation_hbf_read": used(t["hbf_read_bytes"] + t["expert_direct_bytes"] + t["expert_relay_bytes"],
+                                     cuts.hbf_gbps),
+        "utilisation_writeback_route": used(t["writeback_bytes"], delivery.hbm_to_hbf_gbps(org)),
+        "utilisation_hbf_program": t["program_busy_us"] / busy_us,
+    }
