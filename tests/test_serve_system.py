@@ -132,3 +132,24 @@ def test_drawing_distinct_counts_matches_drawing_every_token_in_distribution():
     assert se > 0 and abs(a.mean() - b.mean()) < 4.5 * se
     with pytest.raises(Exception, match="routing_draw = 'counts': drawing counts needs uniform routing"):
         dataclasses.replace(CONFIG, routing_kind="zipf")
+
+
+def test_a_measured_table_sets_each_operator_where_it_is_slower_than_delivery():
+    # every GQA operator measured 1,000× slower than the synthetic table's base: the delivery never binds, so
+    # each pass is the table's own model time (the same batches through timing.model_times), and the long
+    # windows hide every write
+    from test_profile_table import _gqa_table
+
+    knobs = _knobs(orgs.dash())
+    curves = _gqa_table(scale=1000.0).curves()
+    run = jax.jit(system.simulate, static_argnums=4)
+    out = run(jnp.int32(0), jnp.uint32(7), knobs, system.ServeInputs(table=curves), CONFIG)
+    words = (jnp.uint32(7), jnp.int32(0))
+    expect = sum(float(timing.model_times(b, system.pass_routing(words, b, 2 * i, knobs, CONFIG)[1], knobs.gpu,
+                                          CONFIG.timing, curves).iteration_us) for i, b in enumerate(_hand_batches()))
+    np.testing.assert_allclose(np.asarray(clock.to_us(out.finish)), expect, rtol=1e-6)
+    assert float(out.totals.write_stall_us) == 0.0 and float(out.totals.table_miss_passes) == 0.0
+    # decode attention measured only up to 2 context tokens: both decode passes fall outside the table
+    short = _gqa_table(scale=1000.0, contexts=(1, 2)).curves()
+    out = run(jnp.int32(0), jnp.uint32(7), knobs, system.ServeInputs(table=short), CONFIG)
+    assert float(out.totals.table_miss_passes) == 2.0

@@ -14,7 +14,7 @@ from hbfjax.serve import metrics, system
 from hbfjax.serve.state import MODES, BatcherConfig, BatcherKnobs
 from hbfjax.reports import mean_ci_fields
 from hbfjax.validate import ConfigError, number
-from hbfjax.workload import gpus, models, timing
+from hbfjax.workload import gpus, models, profile_table, timing
 from hbfjax.workload import requests as rq
 
 HELP = """\
@@ -76,6 +76,10 @@ def register(subparsers) -> None:
     b.add_argument("--chunk-tokens", type=number(int, 1, 2**20), default=512, help="prefill chunk tokens (default 512)")
     b.add_argument("--token-budget", type=number(int, 1, 2**20), default=8192,
                    help="tokens per iteration (default 8,192)")
+    p.add_argument("--profile-table", default=None, metavar="CSV",
+                   help="GPU operator times from a measured table (`hbfjax profile --out`) instead of the roofline")
+    p.add_argument("--allow-roofline", action="store_true",
+                   help="with --profile-table: use the roofline for shapes outside the table instead of refusing")
     h = p.add_argument_group("memory (defaults: each organisation's DASH values)")
     h.add_argument("--lookahead", action=argparse.BooleanOptionalAction, default=True,
                    help="early expert selection hides tR (always off for routers with an expert bias)")
@@ -129,7 +133,7 @@ def _config(args, model) -> tuple[system.ServeConfig, rq.RequestKnobs, rq.TraceI
     requests, knobs, inputs, slots, warmup = _workload(args)
     pass_tokens = min(args.token_budget, slots + slots * args.chunk_tokens)
     serve = system.ServeConfig(model=model, batcher=BatcherConfig(slots=slots, mode=args.mode), requests=requests,
-                               max_pass_tokens=pass_tokens)
+                               max_pass_tokens=pass_tokens, allow_roofline=args.allow_roofline)
     return serve, knobs, inputs, warmup
 
 
@@ -156,8 +160,15 @@ def run(args) -> int:
     points = [system.ServeKnobs.make(o, gpu, batcher, request_knobs, hbm_kv_budget_bytes=budget) for o in org_knobs]
     several = len(points) > 1
     knobs = batch.stack_knobs(points) if several else points[0]
-    out = batch.run(system.simulate, args.streams, args.seed, knobs, config, inputs=inputs, knob_axis=several,
+    if args.allow_roofline and args.profile_table is None:
+        raise ConfigError("--allow-roofline: applies only with --profile-table")
+    table = None if args.profile_table is None else profile_table.ProfileTable.read(args.profile_table).curves()
+    out = batch.run(system.simulate, args.streams, args.seed, knobs, config,
+                    inputs=system.ServeInputs(trace=inputs, table=table), knob_axis=several,
                     chunk_streams=args.chunk_streams, progress=args.chunk_streams is not None)
+    if np.any(np.asarray(out.totals.table_miss_passes) > 0):
+        raise ConfigError(f"--profile-table {args.profile_table}: some operator shapes of this run lie outside the "
+                          "measured table; profile them (hbfjax profile --model ...) or pass --allow-roofline")
     slo = None if args.slo_ttft_s is None and args.slo_tpot_ms is None else metrics.Slo(args.slo_ttft_s, args.slo_tpot_ms)
     results = []
     for k, name in enumerate(args.system):

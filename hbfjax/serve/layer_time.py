@@ -8,7 +8,11 @@ data it reads stream in from the organisation (``hbfjax.memory``); an operator w
 
 * ``compute_us``, ``activation_us`` and the kernel count come from the GPU roofline
   (``timing.step_costs`` / ``timing.expert_costs``); activations (and the new KV the kernels write)
-  move through the GPU's own memory at its bandwidth, as the roofline counts them.
+  move through the GPU's own memory at its bandwidth, as the roofline counts them. With a measured
+  table (``hbfjax profile``), an operator takes ``max(measured_us, delivery_us + kernels × launch_us)``
+  instead: the measured time (launches and the profiling GPU's own memory traffic included) is the
+  floor, and the organisation's delivery replaces it where it is slower (DASH §VI-A: measured GPU
+  operator latencies, HBF transfers modelled).
 * ``delivery_us`` replaces the roofline's weight and KV traffic. Weights of the non-expert operators
   (attention projections, router, dense FFN, LM head) are dense weights, shared experts are expert
   weights (``OrgKnobs.place``): their HBM-only, HBF-only and replicated shares and the KV the
@@ -61,6 +65,7 @@ class LayerTimes(NamedTuple):
     expert_direct_bytes: jax.Array  # float32[L] routed-expert bytes over Direct (0 for dense layers)
     expert_relay_bytes: jax.Array  # float32[L] routed-expert bytes over Relay
     expert_startup_us: jax.Array  # float32[L] exposed tR (and first relay chunk) of the slower path
+    table_miss: jax.Array  # bool[] with a measured table: an active operator fell outside it (NaN time)
     hbm_read_bytes: jax.Array  # float32[] non-routed-expert bytes read from HBM (weights and KV), every layer
     hbf_read_bytes: jax.Array  # float32[] non-routed-expert bytes read from HBF, every layer and the LM head
 
@@ -71,11 +76,14 @@ def expert_bytes(model: ModelSpec) -> float:
                      if l.op == "experts"))
 
 
-def _op_us(costs: timing.OpCosts, delivery_us, gpu: timing.GpuKnobs):
-    """float32[..., ops] op_us of the module docstring."""
+def _op_us(costs: timing.OpCosts, delivery_us, gpu: timing.GpuKnobs, measured: bool = False):
+    """float32[..., ops] op_us of the module docstring (``measured``: ``costs.time_us`` is a table's)."""
+    launches = costs.kernels * gpu.launch_us
+    if measured:
+        return jnp.where(costs.kernels > 0, jnp.maximum(costs.time_us, delivery_us + launches), 0.0)
     activation_us = costs.other_bytes * 1e-3 / (gpu.hbm_bw_gbps * gpu.memory_efficiency)
     busy = jnp.maximum(jnp.maximum(costs.compute_us, activation_us), delivery_us)
-    return jnp.where(costs.kernels > 0, busy + costs.kernels * gpu.launch_us, 0.0)
+    return jnp.where(costs.kernels > 0, busy + launches, 0.0)
 
 
 def kv_share_per_op(kv_hbm_fraction) -> jax.Array:
@@ -99,24 +107,26 @@ def _operator_delivery(costs: timing.OpCosts, kv_share: jax.Array, org: OrgKnobs
 
 
 def layer_times(batch: timing.Batch, needed: jax.Array, rows: jax.Array, kv_hbm_fraction, gpu: timing.GpuKnobs,
-                org: OrgKnobs, config: timing.TimingConfig) -> LayerTimes:
+                org: OrgKnobs, config: timing.TimingConfig, table=None) -> LayerTimes:
     """Per-layer times of one iteration (module docstring). ``needed: bool[L_moe, E]`` and
     ``rows: int32[L_moe, E]`` are each MoE layer's routing (``hbfjax.workload.routing.route_layers``),
     in layer order; ``kv_hbm_fraction`` is the share of the KV the attention reads that is held in HBM:
-    one float32[] or a (decode attention, chunk attention) pair (:func:`kv_share_per_op`). Roofline
-    timing (a measured table is not composed yet)."""
+    one float32[] or a (decode attention, chunk attention) pair (:func:`kv_share_per_op`). ``table``:
+    measured curves (``profile_table.Curves``) or None for the roofline."""
     model = config.model
     kinds = np.array(model.layer_kinds)
     rows = jnp.asarray(rows, jnp.int32)
-    base = timing.step_costs(batch, jnp.zeros((max(model.routed_experts, 1),), jnp.int32), gpu, config)
+    measured = table is not None
+    base = timing.step_costs(batch, jnp.zeros((max(model.routed_experts, 1),), jnp.int32), gpu, config, table)
     share = kv_share_per_op(kv_hbm_fraction)
     dense_read = _operator_delivery(base.dense, share, org)
     moe_read = _operator_delivery(base.moe, share, org)
     head_read = delivery.replicated_read(base.lm_head.weight_bytes, org, DENSE_WEIGHTS)
     dense_delivery, moe_delivery = dense_read.read_us, moe_read.read_us
-    dense_op = _op_us(base.dense, dense_delivery, gpu)
-    moe_base_op = _op_us(base.moe, moe_delivery, gpu)
-    head = _op_us(base.lm_head, head_read.read_us, gpu)
+    dense_op = _op_us(base.dense, dense_delivery, gpu, measured)
+    moe_base_op = _op_us(base.moe, moe_delivery, gpu, measured)
+    head = _op_us(base.lm_head, head_read.read_us, gpu, measured)
+    miss = base.table_miss.any()
 
     layers = len(kinds)
     n_moe = int((kinds == "moe").sum())
@@ -128,7 +138,8 @@ def layer_times(batch: timing.Batch, needed: jax.Array, rows: jax.Array, kv_hbm_
     direct = relay = startup = jnp.zeros((layers,), jnp.float32)
     moe_index = np.flatnonzero(kinds == "moe")
     if moe_index.size:
-        experts, _ = timing.expert_costs(rows, gpu, config)  # fields float32[L_moe, ops]
+        experts, experts_miss = timing.expert_costs(rows, gpu, config, table)  # fields float32[L_moe, ops]
+        miss = miss | experts_miss.any()
         window = moe_base_op[OPS.index("out_proj")] + moe_base_op[OPS.index("norms")] + \
             moe_base_op[OPS.index("router")]
         window = window if model.lookahead_capable else jnp.float32(0.0)
@@ -137,7 +148,7 @@ def layer_times(batch: timing.Batch, needed: jax.Array, rows: jax.Array, kv_hbm_
             routed.delivery_us)
         moe_costs = timing.OpCosts(*(jnp.where(jnp.arange(len(OPS)) == _EXPERTS, e, b)
                                      for b, e in zip(base.moe, experts)))
-        moe_op = _op_us(moe_costs, moe_delivery_l, gpu)
+        moe_op = _op_us(moe_costs, moe_delivery_l, gpu, measured)
         op_us = op_us.at[moe_index].set(moe_op)
         delivery_us = delivery_us.at[moe_index].set(moe_delivery_l)
         compute_us = compute_us.at[moe_index].set(moe_costs.compute_us)
@@ -148,7 +159,7 @@ def layer_times(batch: timing.Batch, needed: jax.Array, rows: jax.Array, kv_hbm_
     layer_us = op_us.sum(axis=-1)
     return LayerTimes(op_us=op_us, delivery_us=delivery_us, compute_us=compute_us, layer_us=layer_us,
                       lm_head_us=head, iteration_us=layer_us.sum() + head, expert_direct_bytes=direct,
-                      expert_relay_bytes=relay, expert_startup_us=startup, hbm_read_bytes=hbm_read,
+                      expert_relay_bytes=relay, expert_startup_us=startup, table_miss=miss, hbm_read_bytes=hbm_read,
                       hbf_read_bytes=hbf_read)
 
 

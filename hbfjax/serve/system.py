@@ -19,8 +19,8 @@ What is composed so far, and what is not yet:
   straight to HBF, decode KV appended in HBM and written back in page waves once the HBM KV budget is
   exceeded; attention reads each tier's share in parallel), and the KV writes' exposed stalls
   (``layer_time.kv_writes``);
-* not yet: plane collisions of HBF KV reads with programs, GC, prefix reuse, a measured GPU table in
-  the step.
+  GPU operator times from the roofline or from a measured table (``ServeInputs.table``);
+* not yet: plane collisions of HBF KV reads with programs, GC, prefix reuse.
 
 Totals of the run (``ServeOutput.totals``) are float32 sums kept with Kahan compensation, so a
 million-iteration run loses no more than float32 rounding of the total.
@@ -67,6 +67,7 @@ class ServeConfig:
     routing_draw: str = "counts"  # "counts": each layer's distinct experts drawn from their exact law; "tokens"
     max_iterations: int = 100_000
     scan_chunk: int = 64
+    allow_roofline: bool = False  # with a measured table: the roofline where it has no curve (else NaN, counted)
 
     def __post_init__(self) -> None:
         c = type(self).__name__
@@ -82,7 +83,7 @@ class ServeConfig:
 
     @property
     def timing(self) -> timing.TimingConfig:
-        return timing.TimingConfig(model=self.model)
+        return timing.TimingConfig(model=self.model, allow_roofline=self.allow_roofline)
 
     @property
     def routing(self) -> routing.RoutingConfig:
@@ -133,6 +134,7 @@ class Totals(NamedTuple):
     kv_hbf_byte_us: jax.Array  # ∫ HBF-resident KV bytes dt over the busy time
     max_kv_hbm_bytes: jax.Array  # most HBM-resident KV at the end of a pass
     max_kv_hbf_bytes: jax.Array  # most HBF-resident KV at the end of a pass
+    table_miss_passes: jax.Array  # passes with an operator outside the measured table (its time NaN)
 
 
 _MAX_FIELDS = ("max_kv_hbm_bytes", "max_kv_hbf_bytes")
@@ -157,6 +159,15 @@ def _accumulate(sums: Totals, comp: Totals, add: Totals) -> tuple[Totals, Totals
     return Totals(*new_s), Totals(*new_c)
 
 
+class ServeInputs(NamedTuple):
+    """What ``simulate`` reads besides its knobs (the same for every stream): a trace to replay and a
+    measured GPU table (``profile_table.ProfileTable.curves()``), each or both None. ``simulate`` also
+    takes a bare ``requests.TraceInputs`` (or None) as its inputs."""
+
+    trace: rq.TraceInputs | None = None
+    table: object = None  # profile_table.Curves | None
+
+
 class ServeOutput(NamedTuple):
     """One stream's run: per-request times (``Clock[R]``) and loop facts."""
 
@@ -175,24 +186,30 @@ def pass_tokens(batch: timing.Batch) -> jax.Array:
     return batch.decode_mask.sum(dtype=jnp.int32) + jnp.where(batch.chunk_mask, batch.chunk_tokens, 0).sum(dtype=jnp.int32)
 
 
-def pass_times(words: tuple, batch: timing.Batch, draw, knobs: ServeKnobs, config: ServeConfig,
-               kv_hbm_fraction=0.0) -> layer_time.LayerTimes:
-    """Per-layer times of one pass: every MoE layer routed for this pass (``words`` = (seed, stream),
-    ``draw`` the pass's draw index), then composed on the organisation with the HBM share of the
-    attention's KV reads (one float32[] or a (decode, chunk) pair; ``kv_tiers.read_shares``)."""
+def pass_routing(words: tuple, batch: timing.Batch, draw, knobs: ServeKnobs, config: ServeConfig):
+    """(needed bool[L_moe, E], rows int32[L_moe, E]) of one pass: every MoE layer routed for its
+    tokens (``words`` = (seed, stream), ``draw`` the pass's draw index; ``ServeConfig.routing_draw``).
+    A dense model gets empty ``[0, 1]`` arrays."""
     model = config.model
-    if model.is_moe:
-        rc = config.routing
-        moe_layers = jnp.asarray([i for i, k in enumerate(model.layer_kinds) if k == "moe"], jnp.int32)
-        tokens = pass_tokens(batch)
-        if config.routing_draw == "counts":
-            r = routing.count_routing(routing.distinct_count_draws(words, draw, moe_layers, tokens, rc), tokens, rc)
-        else:
-            r = routing.route_layers(words, draw, moe_layers, routing.active_mask(tokens, rc), knobs.routing, rc)
-        needed, rows = r.needed, r.rows
+    if not model.is_moe:
+        return jnp.zeros((0, 1), bool), jnp.zeros((0, 1), jnp.int32)
+    rc = config.routing
+    moe_layers = jnp.asarray([i for i, k in enumerate(model.layer_kinds) if k == "moe"], jnp.int32)
+    tokens = pass_tokens(batch)
+    if config.routing_draw == "counts":
+        r = routing.count_routing(routing.distinct_count_draws(words, draw, moe_layers, tokens, rc), tokens, rc)
     else:
-        needed, rows = jnp.zeros((0, 1), bool), jnp.zeros((0, 1), jnp.int32)
-    return layer_time.layer_times(batch, needed, rows, kv_hbm_fraction, knobs.gpu, knobs.org, config.timing)
+        r = routing.route_layers(words, draw, moe_layers, routing.active_mask(tokens, rc), knobs.routing, rc)
+    return r.needed, r.rows
+
+
+def pass_times(words: tuple, batch: timing.Batch, draw, knobs: ServeKnobs, config: ServeConfig,
+               kv_hbm_fraction=0.0, table=None) -> layer_time.LayerTimes:
+    """Per-layer times of one pass (:func:`pass_routing`), composed on the organisation with the HBM
+    share of the attention's KV reads (one float32[] or a (decode, chunk) pair;
+    ``kv_tiers.read_shares``) and the GPU times of the roofline or of a measured ``table``."""
+    needed, rows = pass_routing(words, batch, draw, knobs, config)
+    return layer_time.layer_times(batch, needed, rows, kv_hbm_fraction, knobs.gpu, knobs.org, config.timing, table)
 
 
 class PassResult(NamedTuple):
@@ -204,10 +221,10 @@ class PassResult(NamedTuple):
 
 
 def serve_pass(words: tuple, kv: kv_tiers.KvTiers, kv_tokens, batch: timing.Batch, draw, capacity: kv_tiers.Capacity,
-               knobs: ServeKnobs, config: ServeConfig) -> PassResult:
+               knobs: ServeKnobs, config: ServeConfig, table=None) -> PassResult:
     """One GPU pass on the organisation (module docstring): read shares from the KV residency, layer
     times, the pass's KV placed and written back, and the writes' exposed stall."""
-    times = pass_times(words, batch, draw, knobs, config, kv_tiers.read_shares(kv, kv_tokens, batch))
+    times = pass_times(words, batch, draw, knobs, config, kv_tiers.read_shares(kv, kv_tokens, batch), table)
     new_kv, moves = kv_tiers.book(kv, kv_tokens, batch, knobs.org, capacity)
     writes = layer_time.kv_writes(times, moves.to_hbf_tokens, moves.writeback_tokens, knobs.org, config.model)
     work = batching.has_work(batch)
@@ -220,7 +237,7 @@ def serve_pass(words: tuple, kv: kv_tiers.KvTiers, kv_tokens, batch: timing.Batc
                  writeback_passes=z(moves.writeback_tokens > 0), expert_direct_bytes=z(times.expert_direct_bytes.sum()),
                  expert_relay_bytes=z(times.expert_relay_bytes.sum()), hbm_read_bytes=z(times.hbm_read_bytes),
                  hbf_read_bytes=z(times.hbf_read_bytes), kv_hbm_byte_us=z(hbm_kv * us), kv_hbf_byte_us=z(hbf_kv * us),
-                 max_kv_hbm_bytes=z(hbm_kv), max_kv_hbf_bytes=z(hbf_kv))
+                 max_kv_hbm_bytes=z(hbm_kv), max_kv_hbf_bytes=z(hbf_kv), table_miss_passes=z(times.table_miss))
     return PassResult(pass_us=us, kv=jax.tree_util.tree_map(lambda a, b: jnp.where(work, a, b), new_kv, kv), totals=add)
 
 
@@ -235,7 +252,7 @@ def admission_capacity(capacity: kv_tiers.Capacity, batcher: BatcherKnobs) -> Ba
     return BatcherKnobs(chunk_tokens=batcher.chunk_tokens, token_budget=batcher.token_budget, kv_capacity_tokens=caps)
 
 
-def mechanism(words: tuple, knobs: ServeKnobs, config: ServeConfig) -> batching.Mechanism:
+def mechanism(words: tuple, knobs: ServeKnobs, config: ServeConfig, table=None) -> batching.Mechanism:
     """The iteration of :func:`serve_pass` for each of its passes, with the KV residency and the
     compensated totals as the carry."""
     capacity = kv_tiers.capacity_tokens(knobs.org, config.model, knobs.hbm_kv_budget_bytes)
@@ -246,7 +263,7 @@ def mechanism(words: tuple, knobs: ServeKnobs, config: ServeConfig) -> batching.
         kv_tokens = st.slots.kv_tokens
         total_us = jnp.float32(0.0)
         for k, p in enumerate(batching.passes(batch, config.batcher.mode)):
-            r = serve_pass(words, kv, kv_tokens, p, 2 * jnp.asarray(i, jnp.int32) + k, capacity, knobs, config)
+            r = serve_pass(words, kv, kv_tokens, p, 2 * jnp.asarray(i, jnp.int32) + k, capacity, knobs, config, table)
             kv, total_us = r.kv, total_us + r.pass_us
             sums, comp = _accumulate(sums, comp, r.totals)
             kv_tokens = kv_tokens + jnp.where(p.chunk_mask, p.chunk_tokens, 0) + p.decode_mask.astype(jnp.int32)
@@ -257,12 +274,13 @@ def mechanism(words: tuple, knobs: ServeKnobs, config: ServeConfig) -> batching.
 
 
 def simulate(stream_id, seed, knobs: ServeKnobs, inputs, config: ServeConfig) -> ServeOutput:
-    """Serve one stream's requests to the end (module docstring); ``inputs``: a trace's
-    ``requests.TraceInputs`` for replay, else None."""
-    reqs = rq.generate(stream_id, seed, knobs.requests, inputs, config.requests)
+    """Serve one stream's requests to the end (module docstring); ``inputs``: :class:`ServeInputs`, or a
+    trace's ``requests.TraceInputs`` for replay, or None."""
+    trace, table = inputs if isinstance(inputs, ServeInputs) else (inputs, None)
+    reqs = rq.generate(stream_id, seed, knobs.requests, trace, config.requests)
     capacity = kv_tiers.capacity_tokens(knobs.org, config.model, knobs.hbm_kv_budget_bytes)
     st, (_, totals, _) = batching.run(reqs, admission_capacity(capacity, knobs.batcher), config.batcher,
-                                      mechanism((seed, stream_id), knobs, config), config.max_iterations,
+                                      mechanism((seed, stream_id), knobs, config, table), config.max_iterations,
                                       config.scan_chunk)
     return ServeOutput(arrival=reqs.arrival, first_token=st.first_token, finish=st.finish, tokens_out=st.tokens_out,
                        valid=reqs.valid, iterations=st.iterations, overflow=st.overflow, totals=totals)
