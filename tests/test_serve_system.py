@@ -153,3 +153,23 @@ def test_a_measured_table_sets_each_operator_where_it_is_slower_than_delivery():
     short = _gqa_table(scale=1000.0, contexts=(1, 2)).curves()
     out = run(jnp.int32(0), jnp.uint32(7), knobs, system.ServeInputs(table=short), CONFIG)
     assert float(out.totals.table_miss_passes) == 2.0
+
+
+def test_organisations_replaying_one_trace_see_the_same_arrivals_and_lengths(tmp_path):
+    from hbfjax import traces
+
+    rows = [f"2023-11-16 18:17:{3 + i:02d}.5000000,{40 + 7 * i},{2 + i % 3}" for i in range(10)]
+    path = tmp_path / "t.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "\n".join(rows) + "\n")
+    trace = rq.TraceInputs.from_trace(traces.load_trace(path), 10)
+    cfg = system.ServeConfig(model=GQA, batcher=BatcherConfig(slots=4), requests=rq.RequestsConfig(10, arrivals="trace"),
+                             max_pass_tokens=4 * CHUNK + 4, max_iterations=1000)
+    points = [system.ServeKnobs.make(orgs.organisation(n), timing.GpuKnobs.make("h100-pcie"),
+                                     BatcherKnobs.make(chunk_tokens=CHUNK), rq.RequestKnobs.make())
+              for n in ("dash", "relay-only")]
+    out = hb.run(system.simulate, 3, 5, hb.stack_knobs(points), cfg, inputs=trace, knob_axis=True)
+    arrival = np.asarray(clock.to_us(out.arrival))
+    np.testing.assert_array_equal(arrival[:, 0], arrival[:, 1])  # common random numbers: the same replay phase
+    assert not np.array_equal(arrival[0, 0], arrival[1, 0])  # streams start the trace at different phases
+    np.testing.assert_array_equal(np.asarray(out.tokens_out)[:, 0], np.asarray(out.tokens_out)[:, 1])
+    assert not np.any(np.asarray(out.overflow))
