@@ -137,26 +137,16 @@ class Totals(NamedTuple):
     table_miss_passes: jax.Array  # passes with an operator outside the measured table (its time NaN)
 
 
-_MAX_FIELDS = ("max_kv_hbm_bytes", "max_kv_hbf_bytes")
+_IS_MAX = np.array([name.startswith("max_") for name in Totals._fields])  # running maxima, not sums
 
 
-def _zero_totals() -> Totals:
-    return Totals(*(jnp.float32(0.0) for _ in Totals._fields))
-
-
-def _accumulate(sums: Totals, comp: Totals, add: Totals) -> tuple[Totals, Totals]:
-    """Kahan-compensated ``sums + add`` (the maxima fields: running maxima)."""
-    new_s, new_c = [], []
-    for name, s_, c_, x in zip(Totals._fields, sums, comp, add):
-        if name in _MAX_FIELDS:
-            new_s.append(jnp.maximum(s_, x))
-            new_c.append(c_)
-            continue
-        y = x - c_
-        t = s_ + y
-        new_c.append((t - s_) - y)
-        new_s.append(t)
-    return Totals(*new_s), Totals(*new_c)
+def _accumulate(sums: jax.Array, comp: jax.Array, add: Totals) -> tuple[jax.Array, jax.Array]:
+    """Kahan-compensated ``sums + add`` over the stacked fields (float32[F]; the ``max_`` fields: running
+    maxima). The carry holds the stacked vector: one vector op per step instead of one per field."""
+    x = jnp.stack([jnp.asarray(v, jnp.float32) for v in add])
+    y = x - comp
+    t = sums + y
+    return jnp.where(_IS_MAX, jnp.maximum(sums, x), t), jnp.where(_IS_MAX, comp, (t - sums) - y)
 
 
 class ServeInputs(NamedTuple):
@@ -269,8 +259,8 @@ def mechanism(words: tuple, knobs: ServeKnobs, config: ServeConfig, table=None) 
             kv_tokens = kv_tokens + jnp.where(p.chunk_mask, p.chunk_tokens, 0) + p.decode_mask.astype(jnp.int32)
         return total_us, (kv, sums, comp)
 
-    return batching.Mechanism(init=lambda: (kv_tiers.init(config.batcher.slots), _zero_totals(), _zero_totals()),
-                              iteration=iteration)
+    zeros = lambda: jnp.zeros(len(Totals._fields), jnp.float32)  # noqa: E731
+    return batching.Mechanism(init=lambda: (kv_tiers.init(config.batcher.slots), zeros(), zeros()), iteration=iteration)
 
 
 def simulate(stream_id, seed, knobs: ServeKnobs, inputs, config: ServeConfig) -> ServeOutput:
@@ -283,7 +273,7 @@ def simulate(stream_id, seed, knobs: ServeKnobs, inputs, config: ServeConfig) ->
                                       mechanism((seed, stream_id), knobs, config, table), config.max_iterations,
                                       config.scan_chunk)
     return ServeOutput(arrival=reqs.arrival, first_token=st.first_token, finish=st.finish, tokens_out=st.tokens_out,
-                       valid=reqs.valid, iterations=st.iterations, overflow=st.overflow, totals=totals)
+                       valid=reqs.valid, iterations=st.iterations, overflow=st.overflow, totals=Totals(*totals))
 
 
 def totals_report(totals: Totals, org: OrgKnobs) -> dict:
