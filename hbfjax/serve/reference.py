@@ -453,7 +453,7 @@ class ServeStep:
         self.budget, self.unit = hbm_budget_tokens, writeback_unit_tokens
         self.hbm = {}  # request -> its KV tokens held in HBM (the rest of its KV in HBF)
         self.sums = dict.fromkeys(Totals._fields, 0.0)
-        self.passes = 0
+        self.passes, self.loop_s = 0, 0.0
 
     def _delivery(self, name: str, op: _Op, shares: tuple) -> tuple[float, float, float]:
         """One operator's data read in parallel: weights by their kind's placement (shared experts are
@@ -649,7 +649,8 @@ class CountDraws:
 
 def serve(stream_id: int, seed: int, knobs, config, max_iterations: int | None = None):
     """One stream of ``hbfjax.serve.system.simulate(stream_id, seed, knobs, None, config)`` in plain
-    Python: (:class:`Result` with float µs times, :class:`Totals`, the :class:`ServeStep`). The
+    Python: (:class:`Result` with float µs times, :class:`Totals`, the :class:`ServeStep`, whose
+    ``loop_s`` is the loop's time without the JAX routing uniforms: the speed baseline). The
     requests are drawn by ``hbfjax.workload.requests.generate`` (inputs, as for the engine); routing
     draws as :func:`count_draws` (``config.routing_draw`` must be "counts")."""
     from hbfjax import clock  # noqa: PLC0415
@@ -668,7 +669,9 @@ def serve(stream_id: int, seed: int, knobs, config, max_iterations: int | None =
     caps = [hbm_cap + hbf_cap] if tiers == 1 else [hbm_cap, hbf_cap] + [0] * (tiers - 2)
     step = ServeStep(config.model, knobs.org, knobs.gpu, config.batcher.mode, hbm_tokens, unit,
                      CountDraws(config, seed, stream_id) if config.model.is_moe else None)
+    t0 = time.perf_counter()
     result = simulate(arrival, np.asarray(reqs.prompt_tokens)[valid], np.asarray(reqs.output_tokens)[valid],
                       int(knobs.batcher.chunk_tokens), int(knobs.batcher.token_budget), caps,
                       config.batcher, max_iterations=max_iterations or config.max_iterations, step=step)
+    step.loop_s = time.perf_counter() - t0 - (step.draws.jax_s if step.draws is not None else 0.0)
     return result, step.totals(), step
