@@ -6,6 +6,12 @@ arrival order, walk the slots, walk the prefilling requests by request index. Ti
 Python ints, so the iteration-time function must return whole µs for the two to agree exactly (the
 JAX clock is exact for whole µs). The iteration-time function is called on a ``Batch`` of NumPy
 arrays shaped as the JAX one (``[B_max]``, masked), so one callable serves both.
+
+:func:`serve` adds the composed serving step of :mod:`hbfjax.serve.system` (:class:`ServeStep`):
+per pass the roofline of every operator, its weights and KV read from HBM and HBF over the link
+network's max flows, the routed experts' Direct/Relay split found by trying every k, where each
+request's KV lives and the page-wave writeback, and the KV writes' exposed stalls, in float µs; the
+clock is then float64 µs (``tests/test_serve_reference.py`` derives the float32 tolerance).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from typing import NamedTuple
 import numpy as np
 
 from hbfjax.serve.state import BatcherConfig, Phase
+from hbfjax.validate import require_choice
 from hbfjax.workload import gpus
 from hbfjax.workload.timing import Batch
 
@@ -656,7 +663,7 @@ def serve(stream_id: int, seed: int, knobs, config, max_iterations: int | None =
     from hbfjax import clock  # noqa: PLC0415
     from hbfjax.workload import requests as rq  # noqa: PLC0415
 
-    assert config.routing_draw == "counts", "the reference draws distinct-expert counts"
+    require_choice("reference.serve", "routing_draw", config.routing_draw, ("counts",))
     reqs = rq.generate(stream_id, seed, knobs.requests, None, config.requests)
     valid = np.asarray(reqs.valid)
     arrival = clock.to_us(reqs.arrival)[valid]
