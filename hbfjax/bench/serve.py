@@ -4,7 +4,9 @@ in the same run.
 
 One event is one stream-iteration with work (``ServeOutput.iterations``; the reference's
 ``Result.iterations``, counted the same way). The reference serves one stream of the same shape,
-timed without the JAX calls that draw its routing uniforms (``ServeStep.loop_s``).
+timed without the JAX calls that draw its routing uniforms (``ServeStep.loop_s``). ``run_cpu_s`` is
+the process CPU time of the timed engine run (all threads): on a shared machine, compare it with
+``run_s``.
 
 Rows:
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import time
 
+import jax
 import numpy as np
 
 from hbfjax import batch, clock
@@ -53,19 +56,21 @@ def _setup(model, arrivals: str, n: int, rate: float, prompt: int, output: int, 
 
 
 def _timed(config, knobs, streams: int):
-    """(compile_s, run_s, stream-iterations, outputs) of ``streams`` streams on the CPU/GPU."""
+    """(compile_s, run_s, run_cpu_s, stream-iterations) of ``streams`` streams."""
     fn = batch.compiled(system.simulate, map_streams=batch.cpu_map_streams(min(streams, 64)))
     ids = batch.stream_ids(0, streams, batch.cpu_map_streams(min(streams, 64)) or 1)
     last = []
 
     def call():
-        last[:] = [fn(ids, np.uint32(SEED), knobs, None, config)]
-        return last[0]
+        t0 = time.process_time()
+        out = jax.block_until_ready(fn(ids, np.uint32(SEED), knobs, None, config))
+        last[:] = [out, time.process_time() - t0]
+        return out
 
     compile_s, run_s = time_compiled(call, repeats=1)
-    out = last[0]
+    out, cpu_s = last
     assert not np.asarray(out.overflow).any(), "a stream overflowed: raise max_iterations"
-    return compile_s, run_s, int(np.asarray(out.iterations).sum()), out
+    return compile_s, run_s, cpu_s, int(np.asarray(out.iterations).sum())
 
 
 def _reference(config, knobs, max_iterations=None) -> tuple[float, int]:
@@ -79,10 +84,10 @@ def run(scale: float) -> list[dict]:
     streams = max(8, int(1024 * scale))
     qwen = models.preset("qwen3-235b-a22b")
     config, knobs = _setup(qwen, "poisson", REQUESTS, 2.0, 1024, 128, 512, 8192, 20_000)
-    compile_s, run_s, events, _ = _timed(config, knobs, streams)
+    compile_s, run_s, cpu_s, events = _timed(config, knobs, streams)
     ref_s, ref_it = _reference(config, knobs)
     rows.append(row(f"serve qwen3 dash poisson {streams}x{REQUESTS}req", events, "stream-iterations", compile_s, run_s,
-                    ref_s, streams=streams, reference_iterations=ref_it))
+                    ref_s, streams=streams, run_cpu_s=cpu_s, reference_iterations=ref_it))
 
     llama = models.preset("llama3-8b")
     shape = dict(prompt=4096, output=128, chunk=512, budget=512, max_iterations=40_000)
@@ -94,10 +99,10 @@ def run(scale: float) -> list[dict]:
     capacity = VIDUR_REQUESTS / makespan_s  # requests/s when backlogged
     v_streams = max(4, int(64 * scale))
     config, knobs = _setup(llama, "poisson", VIDUR_REQUESTS, VIDUR_LOAD * capacity, **shape)
-    compile_s, run_s, events, _ = _timed(config, knobs, v_streams)
+    compile_s, run_s, cpu_s, events = _timed(config, knobs, v_streams)
     ref_s, ref_it = _reference(config, knobs, max_iterations=2_000)
     rows.append(row(f"serve vidur-shape llama3-8b dash {v_streams}x{VIDUR_REQUESTS}req", events, "stream-iterations",
-                    compile_s, run_s, ref_s, streams=v_streams, backlogged_requests_per_s=capacity,
+                    compile_s, run_s, ref_s, streams=v_streams, run_cpu_s=cpu_s, backlogged_requests_per_s=capacity,
                     rate_per_s=VIDUR_LOAD * capacity, backlog_run_s=backlog_s, reference_iterations=ref_it,
                     vidur_iterations_per_s=(6000, 8700)))
     return rows
