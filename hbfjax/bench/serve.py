@@ -1,0 +1,108 @@
+"""Serving-engine iterations per second (issue 11 "Performance"): streams × iterations of
+``hbfjax.serve.system.simulate`` against its plain-Python reference (``hbfjax.serve.reference.serve``)
+in the same run.
+
+One event is one stream-iteration with work (``ServeOutput.iterations``; the reference's
+``Result.iterations``, counted the same way). The reference serves one stream of the same shape,
+timed without the JAX calls that draw its routing uniforms (``ServeStep.loop_s``). ``run_cpu_s`` is
+the process CPU time of the timed engine run (all threads): on a shared machine, compare it with
+``run_s``.
+
+Rows:
+
+* ``serve qwen3 dash``: Qwen3-235B-A22B on DASH with an H100-PCIe, Poisson arrivals at 2 requests/s of
+  1,024-token prompts and 128 output tokens (DASH §VI-E: 32 slots, 512-token chunks, 8,192-token
+  budget), ``1024 · scale`` streams of ``REQUESTS`` requests.
+* ``serve vidur-shape``: the shape of Vidur's measurement (issue 11): dense Llama-3-8B, 32 slots,
+  512-token chunks and a 512-token iteration budget (Sarathi's chunk is its budget), 4,096-token
+  prompts, 128 output tokens, 1,152 Poisson requests at 77 % of the backlogged throughput of the same
+  system — measured in the same run by one stream whose 1,152 requests all arrive at t = 0 (a dense
+  model draws no routing, so every backlogged stream is the same). System: DASH with an H100-PCIe
+  (the engine's organisation; the 16 GB of weights are replicated in HBM and HBF and read from both,
+  prefill KV goes to HBF): stream-iterations/s across all streams, beside Vidur's 6,000–8,700
+  iterations/s on this machine.
+"""
+
+from __future__ import annotations
+
+import time
+
+import jax
+import numpy as np
+
+from hbfjax import batch, clock
+from hbfjax.bench._timing import row, time_compiled
+from hbfjax.memory import organisations as orgs
+from hbfjax.serve import reference, system
+from hbfjax.serve.state import BatcherConfig, BatcherKnobs
+from hbfjax.workload import models, timing
+from hbfjax.workload import requests as rq
+
+SEED = 1
+REQUESTS = 32  # per stream, Qwen3 row
+VIDUR_REQUESTS, VIDUR_LOAD = 1152, 0.77
+
+
+def _setup(model, arrivals: str, n: int, rate: float, prompt: int, output: int, chunk: int, budget: int,
+           max_iterations: int):
+    config = system.ServeConfig(model=model, batcher=BatcherConfig(slots=32),
+                                requests=rq.RequestsConfig(requests=n, arrivals=arrivals),
+                                max_pass_tokens=min(budget, 32 * chunk) + 32, max_iterations=max_iterations)
+    knobs = system.ServeKnobs.make(orgs.dash(), timing.GpuKnobs.make("h100-pcie"),
+                                   BatcherKnobs.make(chunk_tokens=chunk, token_budget=budget),
+                                   rq.RequestKnobs.make(rate_per_s=rate, batch=n, prompt=rq.LengthKnobs.make(prompt),
+                                                        output=rq.LengthKnobs.make(output)))
+    return config, knobs
+
+
+def _timed(config, knobs, streams: int):
+    """(compile_s, run_s, run_cpu_s, stream-iterations) of ``streams`` streams."""
+    fn = batch.compiled(system.simulate, map_streams=batch.cpu_map_streams(min(streams, 64)))
+    ids = batch.stream_ids(0, streams, batch.cpu_map_streams(min(streams, 64)) or 1)
+    last = []
+
+    def call():
+        t0 = time.process_time()
+        out = jax.block_until_ready(fn(ids, np.uint32(SEED), knobs, None, config))
+        last[:] = [out, time.process_time() - t0]
+        return out
+
+    compile_s, run_s = time_compiled(call, repeats=1)
+    out, cpu_s = last
+    assert not np.asarray(out.overflow).any(), "a stream overflowed: raise max_iterations"
+    return compile_s, run_s, cpu_s, int(np.asarray(out.iterations).sum())
+
+
+def _reference(config, knobs, max_iterations=None) -> tuple[float, int]:
+    """(seconds per iteration, iterations) of the plain-Python reference on stream 0."""
+    res, _, step = reference.serve(0, SEED, knobs, config, max_iterations=max_iterations)
+    return step.loop_s / max(res.iterations, 1), res.iterations
+
+
+def run(scale: float) -> list[dict]:
+    rows = []
+    streams = max(8, int(1024 * scale))
+    qwen = models.preset("qwen3-235b-a22b")
+    config, knobs = _setup(qwen, "poisson", REQUESTS, 2.0, 1024, 128, 512, 8192, 20_000)
+    compile_s, run_s, cpu_s, events = _timed(config, knobs, streams)
+    ref_s, ref_it = _reference(config, knobs)
+    rows.append(row(f"serve qwen3 dash poisson {streams}x{REQUESTS}req", events, "stream-iterations", compile_s, run_s,
+                    ref_s, streams=streams, run_cpu_s=cpu_s, reference_iterations=ref_it))
+
+    llama = models.preset("llama3-8b")
+    shape = dict(prompt=4096, output=128, chunk=512, budget=512, max_iterations=40_000)
+    t0 = time.perf_counter()
+    b_config, b_knobs = _setup(llama, "batch", VIDUR_REQUESTS, 1.0, **shape)
+    backlog = batch.run(system.simulate, 1, SEED, b_knobs, b_config)
+    backlog_s = time.perf_counter() - t0
+    makespan_s = float(clock.to_us(backlog.finish).max()) * 1e-6
+    capacity = VIDUR_REQUESTS / makespan_s  # requests/s when backlogged
+    v_streams = max(4, int(64 * scale))
+    config, knobs = _setup(llama, "poisson", VIDUR_REQUESTS, VIDUR_LOAD * capacity, **shape)
+    compile_s, run_s, cpu_s, events = _timed(config, knobs, v_streams)
+    ref_s, ref_it = _reference(config, knobs, max_iterations=2_000)
+    rows.append(row(f"serve vidur-shape llama3-8b dash {v_streams}x{VIDUR_REQUESTS}req", events, "stream-iterations",
+                    compile_s, run_s, ref_s, streams=v_streams, run_cpu_s=cpu_s, backlogged_requests_per_s=capacity,
+                    rate_per_s=VIDUR_LOAD * capacity, backlog_run_s=backlog_s, reference_iterations=ref_it,
+                    vidur_iterations_per_s=(6000, 8700)))
+    return rows
