@@ -107,8 +107,9 @@ def test_resident_count_among_needed_experts_is_hypergeometric():
     """The inverse CDF on a fine grid of u gives each count the hypergeometric mass, to the grid step."""
     e, n, grid = 16, 5, 20_000
     u = (jnp.arange(grid, dtype=jnp.float32) + 0.5) / grid
-    for d in (0, 3, 9, 14):
-        h = np.asarray(osys.resident_needed(u, e, n, jnp.full(grid, d)))
+    cdf = jnp.asarray(osys.hypergeometric_cdf(e, n))
+    for d in (0, 3, 9, 14, 16):
+        h = np.asarray(osys.resident_needed(u, cdf, jnp.full(grid, d)))
         law = np.array([math.comb(n, k) * math.comb(e - n, d - k) / math.comb(e, d) if 0 <= d - k <= e - n else 0.0
                         for k in range(n + 1)])
         np.testing.assert_allclose(np.bincount(h, minlength=n + 1) / grid, law, atol=2.0 / grid)

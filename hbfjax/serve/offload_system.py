@@ -46,11 +46,13 @@ one knob axis and share one compilation. Units: µs, bytes, FLOPs, GB/s.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from hbfjax import rng
 from hbfjax.memory import offload
@@ -100,6 +102,7 @@ class OffloadServeKnobs:
     system: jax.Array  # int32[] index into SYSTEMS
     offload: offload.OffloadKnobs
     resident_experts: jax.Array  # int32[] experts per MoE layer held in GPU HBM
+    resident_cdf: jax.Array  # float32[E + 1, E + 1] hypergeometric_cdf(E, resident_experts), built with it
     gpu: timing.GpuKnobs
     batcher: BatcherKnobs
     requests: rq.RequestKnobs
@@ -125,7 +128,8 @@ class OffloadServeKnobs:
         resident = require_int(c, "resident", resident, 0, model.routed_experts)
         return cls(system=jnp.int32(SYSTEMS.index(kind)),
                    offload=offload.OffloadKnobs.make(cpu, pcie, cores=cores, cpu_experts=cpu_experts),
-                   resident_experts=jnp.int32(resident), gpu=timing.GpuKnobs.make(gpu),
+                   resident_experts=jnp.int32(resident),
+                   resident_cdf=jnp.asarray(hypergeometric_cdf(model.routed_experts, resident)), gpu=timing.GpuKnobs.make(gpu),
                    batcher=BatcherKnobs.make() if batcher is None else batcher,
                    requests=rq.RequestKnobs.make() if requests is None else requests,
                    routing=routing.RoutingKnobs.make() if routing_knobs is None else routing_knobs)
@@ -156,21 +160,24 @@ def _moe_layers(model: ModelSpec) -> list[int]:
     return [i for i, k in enumerate(model.layer_kinds) if k == "moe"]
 
 
-def _log_choose(n, k):
-    return jax.lax.lgamma(n + 1.0) - jax.lax.lgamma(k + 1.0) - jax.lax.lgamma(n - k + 1.0)
+def hypergeometric_cdf(experts: int, resident: int) -> np.ndarray:
+    """float32[E + 1, E + 1]: row d is the CDF over h of the number of resident experts among d needed
+    ones, when ``resident`` of ``experts`` are resident and the needed ones are a uniform d-subset
+    (host, float64 log-binomials)."""
+    lc = lambda n, k: math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)  # noqa: E731
+    pmf = np.zeros((experts + 1, experts + 1))
+    for d in range(experts + 1):
+        for h in range(max(0, d - (experts - resident)), min(resident, d) + 1):
+            pmf[d, h] = math.exp(lc(resident, h) + lc(experts - resident, d - h) - lc(experts, d))
+    cdf = np.cumsum(pmf, axis=1)
+    cdf[np.arange(experts + 1), np.minimum(np.arange(experts + 1), resident)] = 1.0  # the top of each support
+    return np.minimum(cdf, 1.0).astype(np.float32)
 
 
-def resident_needed(u, experts: int, resident, needed) -> jax.Array:
-    """int32[...]: the inverse CDF at ``u`` of the hypergeometric number of resident experts among
-    ``needed`` distinct ones (``resident`` of ``experts`` are resident, the needed ones a uniform subset)."""
-    h = jnp.arange(experts + 1, dtype=jnp.float32)  # f32[E + 1]
-    n, d = jnp.asarray(resident, jnp.float32), jnp.asarray(needed, jnp.float32)[..., None]
-    ok = (h <= n) & (h <= d) & (d - h <= experts - n)
-    log_p = _log_choose(n, jnp.minimum(h, n)) + _log_choose(experts - n, jnp.clip(d - h, 0.0, experts - n)) \
-        - _log_choose(jnp.float32(experts), d)
-    cdf = jnp.cumsum(jnp.where(ok, jnp.exp(log_p), 0.0), axis=-1)
-    top = jnp.minimum(n, d[..., 0]).astype(jnp.int32)
-    return jnp.minimum(jnp.sum(cdf <= u[..., None] * cdf[..., -1:], axis=-1, dtype=jnp.int32), top)
+def resident_needed(u, cdf, needed) -> jax.Array:
+    """int32[...]: the inverse CDF at ``u`` of the resident experts among ``needed`` distinct ones, from
+    ``cdf`` = :func:`hypergeometric_cdf` (one row per needed count)."""
+    return jnp.sum(cdf[jnp.asarray(needed, jnp.int32)] <= u[..., None], axis=-1, dtype=jnp.int32)
 
 
 def gpu_resident(words: tuple, draw, r: routing.Routing, knobs: OffloadServeKnobs, config: system.ServeConfig):
@@ -183,7 +190,7 @@ def gpu_resident(words: tuple, draw, r: routing.Routing, knobs: OffloadServeKnob
         return rank < knobs.resident_experts
     d = r.distinct_experts[:, None]  # the needed experts are ids 0 … d − 1
     u = rng.uniform01(rng.mix(*words, draw, layers, Salt.OFFLOAD_RESIDENT))
-    h = resident_needed(u, e, knobs.resident_experts, r.distinct_experts)[:, None]
+    h = resident_needed(u, knobs.resident_cdf, r.distinct_experts)[:, None]
     return (ids < h) | ((ids >= d) & (ids < d + knobs.resident_experts - h))
 
 
@@ -254,5 +261,5 @@ def simulate(stream_id, seed, knobs: OffloadServeKnobs, inputs, config: system.S
 
 
 __all__ = ["SYSTEMS", "OffloadServeKnobs", "PassTimes", "OffloadServeOutput", "resident_experts", "pass_routing",
-           "gpu_resident", "resident_needed", "expert_gpu_us", "expert_flops_per_row", "select", "pass_times",
+           "gpu_resident", "hypergeometric_cdf", "resident_needed", "expert_gpu_us", "expert_flops_per_row", "select", "pass_times",
            "simulate"]
