@@ -1,7 +1,9 @@
 """The CPU-offloading systems served end to end (DASH §VI-C): one Qwen3 pass by hand, the Hybrid
 oracle against both pure systems on every draw, the resident-expert rule and its hypergeometric
-draw, a fixed batch equal to its passes, and one compilation for every knob value."""
+draw, a fixed batch equal to its passes, one compilation for every knob value, and DASH's routing
+draws."""
 
+import dataclasses
 import math
 
 import jax
@@ -14,8 +16,9 @@ from _tiny_models import GQA
 from test_serve_system import CONFIG, _hand_batches
 from hbfjax import batch as hb
 from hbfjax import clock
+from hbfjax.memory import organisations as orgs
 from hbfjax.serve import offload_system as osys
-from hbfjax.serve import system
+from hbfjax.serve import layer_time, system
 from hbfjax.serve.state import BatcherConfig, BatcherKnobs
 from hbfjax.validate import ConfigError
 from hbfjax.workload import models, timing
@@ -134,3 +137,21 @@ def test_a_fixed_batch_is_its_passes_and_every_knob_value_shares_one_compilation
     assert np.all(np.asarray(a.iterations) == 4) and not np.any(a.overflow)
     assert np.all(finish(a)[2] <= np.minimum(finish(a)[0], finish(a)[1]) * (1 + 1e-6))  # oracle ≤ both
     assert not np.array_equal(finish(a), finish(b))
+
+
+@pytest.mark.parametrize("draw_kind", ["counts", "tokens"])
+def test_dash_and_the_offload_systems_see_the_same_routing_draws(draw_kind):
+    """DASH's per-layer expert bytes over Direct + Relay are its needed experts × one expert's bytes."""
+    config = dataclasses.replace(CONFIG, routing_draw=draw_kind)
+    batch = _hand_batches()[2]  # two decode tokens, top-2 of 8 experts: 2-4 needed per layer
+    words, draws = (jnp.uint32(9), jnp.int32(3)), jnp.arange(8, dtype=jnp.int32)
+    dash = system.ServeKnobs.make(orgs.dash(), timing.GpuKnobs.make("h100-pcie"), BatcherKnobs.make(),
+                                  rq.RequestKnobs.make(batch=B))
+    delivered = jax.jit(jax.vmap(lambda d: system.pass_times(words, batch, d, dash, config)))(draws)
+    moe = [i for i, k in enumerate(GQA.layer_kinds) if k == "moe"]
+    needed = (np.asarray(delivered.expert_direct_bytes) + np.asarray(delivered.expert_relay_bytes))[:, moe]
+    knobs = _knobs(GQA, resident=0)
+    r = jax.jit(jax.vmap(lambda d: osys.pass_routing(words, batch, d, knobs, config)))(draws)
+    distinct = np.asarray(r.distinct_experts)  # [draws, L_moe]
+    np.testing.assert_allclose(needed / layer_time.expert_bytes(GQA), distinct, rtol=1e-6)
+    assert len(np.unique(distinct)) > 1  # the draws differ: the equality is not between constants
