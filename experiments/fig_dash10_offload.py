@@ -78,7 +78,7 @@ def _panel_a(ctx: Context, n: dict) -> list[dict]:
     model = models.preset(MODEL)
     config = _config(max(n["batches"]), n["prompt"])
     grid = [(b, c) for b in n["batches"] for c in n["cores"]]
-    points = [(osys.OffloadServeKnobs.make(model, GPU, c, "cpu-compute", kv_tokens=0, resident=0), jnp.int32(b))
+    points = [(osys.OffloadServeKnobs.make(model, GPU, c, "cpu-compute", resident=0), jnp.int32(b))
               for b, c in grid]
     out = batch.run(_decode_layers, n["streams"], ctx.seed, batch.stack_knobs(points), config,
                     inputs=jnp.zeros(n["draws"]), knob_axis=True)

@@ -42,7 +42,6 @@ def _qwen3_config(slots: int) -> system.ServeConfig:
 
 
 def _knobs(model, system_name="hybrid", **kw):
-    kw.setdefault("kv_tokens", 0)
     return osys.OffloadServeKnobs.make(model, "h100-pcie", kw.pop("cores", 32), system_name, **kw)
 
 
@@ -104,6 +103,9 @@ def test_resident_experts_follow_the_stated_hbm_rule():
         _knobs(QWEN3, "dash")
     with pytest.raises(ConfigError, match=r"OffloadServeKnobs.resident = 129"):
         _knobs(QWEN3, resident=129)
+    with pytest.raises(ConfigError, match=r"OffloadServeKnobs.kv_tokens = None: must be given"):
+        osys.OffloadServeKnobs.make(QWEN3, "h100-pcie", 32, "hybrid")
+    assert int(osys.OffloadServeKnobs.make(QWEN3, kv_tokens=1152).resident_experts) == 14
 
 
 def test_resident_count_among_needed_experts_is_hypergeometric():

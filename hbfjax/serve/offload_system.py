@@ -31,8 +31,9 @@ the popularity; under uniform routing a fixed random set); with ``"counts"`` (th
 not identified there, ``routing.count_routing``) the number of needed experts that are resident is
 drawn from its exact hypergeometric law given ``n`` resident of ``E`` and the ``d`` needed (one hashed
 uniform per pass and layer, salt ``OFFLOAD_RESIDENT``), which is exact because count routing gives
-every needed expert the same rows (± 1). The same resident set serves every system (the CPU-compute
-system would not need the staging buffer: left out, as the paper states no caching rule).
+every needed expert the same rows (± 1). The same resident set, staging buffer included, serves every
+system, although CPU compute would not need the buffer (the paper states no caching rule; one set
+keeps the comparison paired).
 
 Not modelled: per-layer CPU dispatch and synchronisation overhead, PCIe transfer setup latency, the
 overlap of one layer's expert transfer with the previous layer's compute (prefetch is impossible
@@ -41,7 +42,9 @@ before routing), pinned-memory limits, NUMA effects, the caching of streamed exp
 them), and KV writes (KV lives in HBM and its appends are in the roofline's activation traffic).
 
 Knobs are traced, the system kind included: the three systems (and any core caps or splits) stack on
-one knob axis and share one compilation. Units: µs, bytes, FLOPs, GB/s.
+one knob axis and share one compilation. The static configuration is DASH's own
+:class:`hbfjax.serve.system.ServeConfig` (no static field is specific to these systems), so one
+config serves both. Units: µs, bytes, FLOPs, GB/s.
 """
 
 from __future__ import annotations
@@ -110,19 +113,22 @@ class OffloadServeKnobs:
 
     @classmethod
     def make(cls, model: ModelSpec, gpu: str = "h100-pcie", cores: int = 32, system: str = "hybrid", *,
-             kv_tokens: int, batcher: BatcherKnobs | None = None, requests: rq.RequestKnobs | None = None,
+             kv_tokens: int | None = None, batcher: BatcherKnobs | None = None, requests: rq.RequestKnobs | None = None,
              routing_knobs: routing.RoutingKnobs | None = None, cpu: str = "xeon-8452y", pcie: str = "pcie5-x16",
              cpu_experts: int = 0, resident: int | None = None,
              memory_utilisation: float = MEMORY_UTILISATION[0]) -> "OffloadServeKnobs":
         """Knobs of ``system`` (one of :data:`SYSTEMS`) for ``model`` on the ``gpu`` preset with a cap of
         ``cores`` host cores. ``kv_tokens``: KV tokens the run holds in HBM at most (a fixed batch:
-        B × (L_in + L_out)), which sets the resident experts (:func:`resident_experts`) unless
-        ``resident`` gives them; ``cpu_experts`` is the fixed split of ``hybrid-split``."""
+        B × (L_in + L_out); online: slots × the longest request), which sets the resident experts
+        (:func:`resident_experts`) unless ``resident`` gives them; ``cpu_experts`` is the fixed split
+        of ``hybrid-split``; ``batcher`` and ``requests`` default to their own defaults."""
         c = cls.__name__
         require(isinstance(model, ModelSpec) and model.is_moe, c, "model", getattr(model, "name", model),
                 "must be a MoE ModelSpec")
         kind = require_choice(c, "system", system, SYSTEMS)
         util = require_real(c, "memory_utilisation", memory_utilisation, 0.0, 1.0, lo_open=True)
+        require(resident is not None or kv_tokens is not None, c, "kv_tokens", kv_tokens,
+                "must be given (the KV tokens held in HBM set the resident experts) unless resident is")
         if resident is None:
             resident = resident_experts(model, gpu, kv_tokens, util)
         resident = require_int(c, "resident", resident, 0, model.routed_experts)
