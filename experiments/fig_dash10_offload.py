@@ -92,7 +92,8 @@ def _panel_a(ctx: Context, n: dict) -> list[dict]:
 
 
 def _requests(b: int, n: dict) -> rq.RequestKnobs:
-    return rq.RequestKnobs.make(batch=b, prompt=rq.LengthKnobs.make(n["prompt"]), output=rq.LengthKnobs.make(n["output"]))
+    return rq.RequestKnobs.make(batch=b, prompt=rq.LengthKnobs.make(n["prompt"]),
+                                output=rq.LengthKnobs.make(n["output"]))
 
 
 def _tpot(out, k: int) -> tuple[float, float]:
@@ -130,7 +131,7 @@ def _panel_b(ctx: Context, n: dict) -> list[dict]:
     for i, b in enumerate(n["batches"]):
         tpot, ci = _tpot(dash_out, i)
         rows.append({"panel": "b", "batch": b, "cores": 0, "system": "dash", "split": -1, "p50_tpot_ms": tpot,
-                     "ci95_p50_tpot_ms": ci, "resident_experts": 0})
+                     "ci95_p50_tpot_ms": ci, "resident_experts": np.nan})
     for i, (b, s, k) in enumerate(grid):
         tpot, ci = _tpot(out, i)
         rows.append({"panel": "b", "batch": b, "cores": CORES_B, "system": s, "split": k if s == "hybrid-split" else -1,
@@ -193,22 +194,23 @@ def run(ctx: Context) -> list[Comparison]:
     fig.suptitle(f"{MODEL} on {GPU} + Xeon 8452Y (PCIe Gen5 x16); {n['prompt']}/{n['output']} fixed batch", fontsize=9)
     save_figure(fig, ctx, NAME)
     resident = table[(table.panel == "b") & (table.system == "cpu-stream")].resident_experts
-    setting = (f"B ∈ {tuple(s.batch)} (ours: the paper states no sizes), {n['prompt']}/{n['output']}, {CORES_B} cores, "
-               f"{int(resident.min())}–{int(resident.max())} of 128 experts per layer resident in HBM (our rule: 0.9 × 80 GB "
-               "− non-expert weights − KV − one layer's staging)")
+    setting = (f"B ∈ {tuple(s.batch)} (ours: the paper states no sizes), {n['prompt']}/{n['output']}, "
+               f"{CORES_B} cores, {int(resident.min())}–{int(resident.max())} of 128 experts per layer resident in "
+               "HBM (our rule: 0.9 × 80 GB − non-expert weights − KV − one layer's staging)")
+    lo, hi = (int(s.batch[i]) for i in (s.hybrid_over_dash.idxmin(), s.hybrid_over_dash.idxmax()))
     ratio = s.hybrid_over_dash
     return [
         Comparison("DASH Fig. 10(b)", "median TPOT, Hybrid oracle / DASH", "8.22–12.32×",
-                   f"{ratio.min():.2f}–{ratio.max():.2f}× (B{int(s.batch[ratio.idxmin()])}–B{int(s.batch[ratio.idxmax()])})",
+                   f"{ratio.min():.2f}–{ratio.max():.2f}× (B{lo}–B{hi})",
                    setting + "; not tuned. At B ≥ 16 any CPU/GPU split is bound by the non-resident experts' bytes "
                    "over host DRAM (220 GB/s, KTransformers' measured socket) plus PCIe (55.7 GB/s) against DASH's "
-                   "four 1.6 TB/s links, and at B1 by one core streaming one 37.7 MB expert (25.6 GB/s, estimated: "
-                   "1.47 ms a layer); the paper's ≤ 12.32× needs a faster measured CPU layer than these rates or a "
-                   "slower DASH step than our roofline's (no profiled GPU table here)"),
+                   "Direct and Relay paths (2 + 2 links of 1.6 TB/s), and at B1 by one core streaming one 37.7 MB "
+                   "expert (25.6 GB/s, estimated: 1.47 ms a layer); the paper's ≤ 12.32× needs a faster measured "
+                   "CPU layer than these rates or a slower DASH step than our roofline's (no profiled GPU table here)"),
         Comparison("DASH Fig. 10(b)", "Hybrid oracle's TPOT reduction over the better single path", "2.8–29.4 %",
                    f"{s.reduction_pct.min():.1f}–{s.reduction_pct.max():.1f} %",
-                   f"fixed splits k = round(f · J̄), f ∈ {{0.1, …, 0.9}}, plus both endpoints (J̄: mean needed non-resident "
-                   "experts of a decode layer); at B1 a layer's ≤ 8 one-row jobs run in one wave, each "
+                   "fixed splits k = round(f · J̄), f ∈ {0.1, …, 0.9}, plus both endpoints (J̄: mean needed "
+                   "non-resident experts of a decode layer); at B1 a layer's ≤ 8 one-row jobs run in one wave, each "
                    "bound by its core's own DRAM stream, so moving one to the GPU (678 µs over PCIe) never helps; the "
                    "paper's measured CPU layer must slow with each extra job (socket contention our max(schedule, "
                    "220 GB/s) roofline leaves out). The per-layer oracle reaches "

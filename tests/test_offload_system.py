@@ -59,12 +59,13 @@ def test_one_qwen3_decode_token_by_hand():
     assert 2 * 4096 * 3072 / (GEMM_TFLOPS * 1e6) < gpu_one  # one row: memory-bound, 23.6 µs
     stream = 8 * expert_bytes / (PCIE_GBPS * 1e3) + 8 * gpu_one  # 5,424 + 189 µs
     job = max(2 * 3 * 4096 * 1536 / (CORE_TFLOPS * 1e6), expert_bytes / (CORE_BW_GBPS * 1e3))  # 1,474.6 µs
-    cpu = 4096 * 2 / (PCIE_GBPS * 1e3) + max(job, 8 * expert_bytes / (SOCKET_GBPS * 1e3)) + 8 * 4096 * 2 / (PCIE_GBPS * 1e3)
+    activations_in, rows_back = 4096 * 2 / (PCIE_GBPS * 1e3), 8 * 4096 * 2 / (PCIE_GBPS * 1e3)
+    cpu = activations_in + max(job, 8 * expert_bytes / (SOCKET_GBPS * 1e3)) + rows_back
     np.testing.assert_allclose(np.asarray(out.experts.stream_us), stream, rtol=1e-5)
     np.testing.assert_allclose(np.asarray(out.experts.cpu_compute_us), cpu, rtol=1e-5)
     assert out.expert_launch_us == pytest.approx(2 * LAUNCH_US)  # gate_up and down grouped kernels
-    no_experts = jax.jit(timing.model_times, static_argnums=3)(timing.Batch.make([1025]), jnp.zeros((94, 128), jnp.int32), knobs.gpu,
-                                    timing.TimingConfig(model=QWEN3))
+    no_experts = jax.jit(timing.model_times, static_argnums=3)(
+        timing.Batch.make([1025]), jnp.zeros((94, 128), jnp.int32), knobs.gpu, timing.TimingConfig(model=QWEN3))
     assert float(out.non_expert_us) == pytest.approx(float(no_experts.iteration_us), rel=1e-6)
     oracle = np.asarray(out.experts.oracle_us)
     assert float(out.iteration_us) == pytest.approx(float(no_experts.iteration_us) + 94 * 2 * LAUNCH_US + oracle.sum(),
@@ -133,7 +134,8 @@ def test_a_fixed_batch_is_its_passes_and_every_knob_value_shares_one_compilation
     first_token = np.asarray(clock.to_us(a.first_token))[0]
     words = (jnp.uint32(7), jnp.int32(0))
     for k, knobs in enumerate(first):  # two prefill passes, then OUTPUT − 1 decode passes (mixed: pass 0 of each)
-        us = [float(_pass(words, p, jnp.int32(2 * i), knobs, CONFIG).iteration_us) for i, p in enumerate(_hand_batches())]
+        us = [float(_pass(words, p, jnp.int32(2 * i), knobs, CONFIG).iteration_us)
+              for i, p in enumerate(_hand_batches())]
         np.testing.assert_allclose(first_token[k], us[0] + us[1], rtol=1e-6)
         np.testing.assert_allclose(finish(a)[k], sum(us), rtol=1e-6)
     assert np.all(np.asarray(a.iterations) == 4) and not np.any(a.overflow)

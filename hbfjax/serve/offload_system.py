@@ -93,7 +93,8 @@ def resident_experts(model: ModelSpec, gpu: gpus.GpuSpec | str, kv_tokens: int,
     free = memory_utilisation * spec.memory_bytes - model.non_expert_weight_bytes - kv - staging
     require(free >= 0, "resident_experts", "kv_tokens", kv_tokens,
             f"non-expert weights ({model.non_expert_weight_bytes / 1e9:.2f} GB) + KV ({kv / 1e9:.2f} GB) + one layer's "
-            f"staging ({staging / 1e9:.2f} GB) must fit {memory_utilisation:g} × {spec.memory_bytes / 1e9:g} GB of HBM")
+            f"staging ({staging / 1e9:.2f} GB) must fit {memory_utilisation:g} × {spec.memory_bytes / 1e9:g} GB "
+            "of HBM")
     return int(min(model.routed_experts, free // (model.moe_layers * one)))
 
 
@@ -135,7 +136,8 @@ class OffloadServeKnobs:
         return cls(system=jnp.int32(SYSTEMS.index(kind)),
                    offload=offload.OffloadKnobs.make(cpu, pcie, cores=cores, cpu_experts=cpu_experts),
                    resident_experts=jnp.int32(resident),
-                   resident_cdf=jnp.asarray(hypergeometric_cdf(model.routed_experts, resident)), gpu=timing.GpuKnobs.make(gpu),
+                   resident_cdf=jnp.asarray(hypergeometric_cdf(model.routed_experts, resident)),
+                   gpu=timing.GpuKnobs.make(gpu),
                    batcher=BatcherKnobs.make() if batcher is None else batcher,
                    requests=rq.RequestKnobs.make() if requests is None else requests,
                    routing=routing.RoutingKnobs.make() if routing_knobs is None else routing_knobs)
@@ -267,5 +269,5 @@ def simulate(stream_id, seed, knobs: OffloadServeKnobs, inputs, config: system.S
 
 
 __all__ = ["SYSTEMS", "OffloadServeKnobs", "PassTimes", "OffloadServeOutput", "resident_experts", "pass_routing",
-           "gpu_resident", "hypergeometric_cdf", "resident_needed", "expert_gpu_us", "expert_flops_per_row", "select", "pass_times",
-           "simulate"]
+           "gpu_resident", "hypergeometric_cdf", "resident_needed", "expert_gpu_us", "expert_flops_per_row", "select",
+           "pass_times", "simulate"]
