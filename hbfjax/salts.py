@@ -49,6 +49,8 @@ class Salt(IntEnum):
     REQ_OFFSET = 76  # trace replay start offset of a stream
     REQ_BOOT_SESSION = 77  # bootstrap: which trace session the m-th session replays
     REQ_BOOT_START = 78  # bootstrap: gap before the m-th session starts
+    # serve: the CPU-offloading systems (hbfjax.serve.offload_system); 81-89 reserved for them
+    OFFLOAD_RESIDENT = 81  # resident experts among a layer's needed ones (hypergeometric, count routing)
     # erase: GC victims and workloads (hbfjax.flash.erase.gc, gc_overwrite, kv_lifetimes)
     GC_RANDOM_VICTIM = 0x6C
     OVERWRITE_UNIFORM = 0x77

@@ -51,7 +51,6 @@ Units: µs, bytes, FLOPs, GB/s, TFLOPS.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -239,39 +238,46 @@ def hybrid_us(layer: ExpertLayer, knobs: OffloadKnobs, k=None) -> jax.Array:
 # --- every split at once -----------------------------------------------------------------------------
 def _strided_prefix_sum(t: jax.Array, stride) -> jax.Array:
     """float32[E + 1]: S[k] = Σ t[p] over p = k − 1, k − 1 − stride, … ≥ 0 (S[0] = 0) for a traced
-    stride: a Hillis–Steele scan with shifts stride · 2^j (ceil(log2(E + 1)) dynamic slices)."""
-    s = jnp.concatenate([jnp.zeros(1, jnp.float32), t])
-    n = s.shape[0]
-    shift = jnp.minimum(jnp.asarray(stride, jnp.int32), n)
-    for _ in range(max(1, math.ceil(math.log2(n)))):
-        padded = jnp.concatenate([jnp.zeros(n, jnp.float32), s])
-        s = s + jax.lax.dynamic_slice(padded, (n - shift,), (n,))  # s shifted right by `shift`, zeros in
-        shift = jnp.minimum(shift * 2, n)
-    return s
+    stride, as one product with the 0/1 matrix M[k, p] = (p < k and stride divides k − 1 − p): under vmap
+    over layers M is shared and the sums are one matrix product (full float32 precision)."""
+    e = t.shape[-1]
+    k = jnp.arange(e + 1, dtype=jnp.int32)[:, None]
+    p = jnp.arange(e, dtype=jnp.int32)[None, :]
+    m = ((p < k) & ((k - 1 - p) % jnp.maximum(jnp.asarray(stride, jnp.int32), 1) == 0)).astype(jnp.float32)
+    return jnp.matmul(m, t, precision=jax.lax.Precision.HIGHEST)
+
+
+def _prefix_sum(x: jax.Array) -> jax.Array:
+    """[E + 1]: 0, x[0], x[0] + x[1], …"""
+    return jnp.concatenate([jnp.zeros(1, x.dtype), jnp.cumsum(x)])
 
 
 def split_table_us(layer: ExpertLayer, knobs: OffloadKnobs) -> jax.Array:
-    """float32[E + 1]: Hybrid latency at every split k = 0 … E in one pass (one sort, O(E log E));
-    k beyond the J candidates is the same as k = J.
+    """float32[E + 1]: Hybrid latency at every split k = 0 … E in one pass (one sort, O(E log E) plus one
+    [E + 1, E] product); k beyond the J candidates is the same as k = J.
 
-    Candidates sorted ascending: split k runs positions 0 … k−1 on the CPU; in descending order the job
-    at position p is then the first of its wave iff (k − 1 − p) % c == 0, so the per-core schedule of
-    split k is a prefix sum over the positions k − 1, k − 1 − c, …"""
+    Candidates sorted ascending (the sort key of :func:`_ascending`; tokens read back from the key):
+    split k runs positions 0 … k−1 on the CPU; in descending order the job at position p is then the
+    first of its wave iff (k − 1 − p) % c == 0, so the per-core schedule of split k is a strided prefix
+    sum over the positions k − 1, k − 1 − c, …"""
     e = layer.tokens.shape[0]
-    order = _ascending(layer)
-    cand = _candidates(layer)[order]  # bool[E] candidates first
-    tok = jnp.where(cand, layer.tokens[order], 0)  # int32[E] ascending over the candidates
+    cand_e = _candidates(layer)
+    key = jnp.sort(jnp.where(cand_e, layer.tokens, max_tokens(e) + 1) * e + jnp.arange(e, dtype=jnp.int32))
+    gpu_cand = jnp.where(cand_e, layer.gpu_us, 0.0)[key % e]  # a gather: a two-operand sort is 2× slower
+    cand = key // e <= max_tokens(e)  # bool[E] candidates first
+    tok = jnp.where(cand, key // e, 0)  # int32[E] ascending over the candidates, 0 after them
     jobs = jnp.sum(cand, dtype=jnp.int32)
-    k = jnp.minimum(jnp.arange(e + 1, dtype=jnp.int32), jobs)  # int32[E + 1]
-    waves = _strided_prefix_sum(job_us(tok, layer.expert_bytes, layer.flops_per_row, knobs), knobs.cores)[k]
+    i = jnp.arange(e + 1, dtype=jnp.int32)
+    k = jnp.minimum(i, jobs)  # int32[E + 1]
+    strided = _strided_prefix_sum(jnp.where(cand, job_us(tok, layer.expert_bytes, layer.flops_per_row, knobs), 0.0),
+                                  knobs.cores)
+    waves = jnp.where(i > jobs, strided[jobs], strided)
     makespan = jnp.maximum(waves, _socket_us(k, layer.expert_bytes, knobs))
-    rows_back = jnp.concatenate([jnp.zeros(1, jnp.int32), jnp.cumsum(tok)])[k]
+    rows_back = _prefix_sum(tok)  # constant beyond the candidates (their tok is 0)
     cpu = (pcie_us(_f32(layer.batch_tokens) * layer.activation_bytes, knobs) + makespan
            + pcie_us(_f32(rows_back) * layer.activation_bytes, knobs))
     needed = layer.tokens > 0
-    gpu_cand = jnp.where(cand, layer.gpu_us[order], 0.0)
-    gpu_left = jnp.sum(jnp.where(needed, layer.gpu_us, 0.0)) - jnp.concatenate(
-        [jnp.zeros(1, jnp.float32), jnp.cumsum(gpu_cand)])[k]
+    gpu_left = jnp.sum(jnp.where(needed, layer.gpu_us, 0.0)) - _prefix_sum(gpu_cand)
     gpu = pcie_us(_f32(jobs - k) * layer.expert_bytes, knobs) + gpu_left
     return jnp.maximum(gpu, jnp.where(k > 0, cpu, 0.0))
 

@@ -1,0 +1,273 @@
+"""The CPU-offloading systems of DASH §VI-C served end to end: an H100 PCIe with no HBF whose expert
+weights do not fit its HBM (``cpu-stream``, ``cpu-compute``, ``hybrid``), on the same batcher and the
+same routing draws as the DASH organisations (:mod:`hbfjax.serve.system`).
+
+**One pass.** Per pass, every MoE layer is routed exactly as :func:`hbfjax.serve.system.pass_times`
+routes it (same words, draw index and calls, so a seed gives DASH and these systems the same routing),
+and the pass takes
+
+    pass_us = non_expert_us + Σ_MoE layers (expert_launch_us + expert_layer_us[system])
+
+* ``non_expert_us``: every operator except the routed experts, on the GPU roofline with its weights
+  and the KV in the GPU's own HBM (``timing.step_costs`` with no expert rows: attention, projections,
+  norms, router, shared experts, dense FFNs, the LM head; the GPU preset's HBM bandwidth). The same in
+  every system (DASH §VI-C: "the same non-expert GPU time across all schemes").
+* ``expert_layer_us``: :mod:`hbfjax.memory.offload` on the layer's rows, with each expert's GPU time
+  the roofline of its own GEMMs at its rows, weights in HBM (``timing.expert_costs`` of a one-expert
+  layer, its launches taken out). ``system``: 0 weight streaming, 1 CPU compute, 2 the Hybrid oracle
+  per layer (the best split of every layer of every pass: a lower bound below DASH's reading), 3 the
+  Hybrid at a fixed split ``offload.cpu_experts`` (DASH's oracle is the minimum of median TPOT over
+  such fixed splits: run k as a knob axis and take the minimum on the host).
+* ``expert_launch_us``: the grouped expert kernels' launches (one per expert matrix), counted in every
+  system as serial GPU time (the GPU gathers and combines the experts' outputs whoever computed them).
+
+**Which experts are GPU-resident** (the stated rule, :func:`resident_experts`): of the GPU's HBM,
+``memory_utilisation`` (0.9, vLLM's default ``gpu_memory_utilization``; the rest is CUDA context and
+activations) is usable; from it go the non-expert weights, ``kv_tokens`` tokens of KV, and a staging
+buffer of one whole MoE layer's experts (so any layer's misses can be streamed). What remains holds a
+fixed number ``n`` of experts in every MoE layer. Which ``n``: with ``routing_draw = "tokens"`` the
+``n`` most popular experts of each layer (``routing.expert_rank``: a cache with oracle knowledge of
+the popularity; under uniform routing a fixed random set); with ``"counts"`` (the needed experts are
+not identified there, ``routing.count_routing``) the number of needed experts that are resident is
+drawn from its exact hypergeometric law given ``n`` resident of ``E`` and the ``d`` needed (one hashed
+uniform per pass and layer, salt ``OFFLOAD_RESIDENT``), which is exact because count routing gives
+every needed expert the same rows (± 1). The same resident set, staging buffer included, serves every
+system, although CPU compute would not need the buffer (the paper states no caching rule; one set
+keeps the comparison paired).
+
+Not modelled: per-layer CPU dispatch and synchronisation overhead, PCIe transfer setup latency, the
+overlap of one layer's expert transfer with the previous layer's compute (prefetch is impossible
+before routing), pinned-memory limits, NUMA effects, the caching of streamed experts across passes
+(each pass streams every needed non-resident expert again: HBM holds only the staging buffer for
+them), and KV writes (KV lives in HBM and its appends are in the roofline's activation traffic).
+
+Knobs are traced, the system kind included: the three systems (and any core caps or splits) stack on
+one knob axis and share one compilation. The static configuration is DASH's own
+:class:`hbfjax.serve.system.ServeConfig` (no static field is specific to these systems), so one
+config serves both. Units: µs, bytes, FLOPs, GB/s.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from hbfjax import rng
+from hbfjax.memory import offload
+from hbfjax.salts import Salt
+from hbfjax.serve import batching, layer_time, system
+from hbfjax.serve.state import BatcherKnobs
+from hbfjax.validate import require, require_choice, require_int, require_real
+from hbfjax.workload import gpus, routing, timing
+from hbfjax.workload import requests as rq
+from hbfjax.workload.models import ModelSpec
+
+# system kinds, the values of OffloadServeKnobs.system
+SYSTEMS = ("cpu-stream", "cpu-compute", "hybrid", "hybrid-split")
+MEMORY_UTILISATION = (0.9, "vLLM's default gpu_memory_utilization: 10 % of HBM left to the CUDA context and "
+                      "activations")
+
+
+def expert_flops_per_row(model: ModelSpec) -> float:
+    """FLOPs of one (token, expert) row through one routed expert (2 per multiply-add, every matrix)."""
+    return float(sum(2 * l.in_features * l.out_features for l in model.linears("moe") if l.op == "experts"))
+
+
+def _expert_matrices(model: ModelSpec) -> int:
+    return sum(1 for l in model.linears("moe") if l.op == "experts")
+
+
+def resident_experts(model: ModelSpec, gpu: gpus.GpuSpec | str, kv_tokens: int,
+                     memory_utilisation: float = MEMORY_UTILISATION[0]) -> int:
+    """Experts per MoE layer that stay in GPU HBM under the module docstring's rule; refused when the
+    non-expert weights, the KV and the staging buffer alone exceed the usable HBM."""
+    spec = gpus.preset(gpu) if isinstance(gpu, str) else gpu
+    kv = require_int("resident_experts", "kv_tokens", kv_tokens, 0) * model.kv_bytes_per_token
+    one = layer_time.expert_bytes(model)
+    staging = model.routed_experts * one
+    free = memory_utilisation * spec.memory_bytes - model.non_expert_weight_bytes - kv - staging
+    require(free >= 0, "resident_experts", "kv_tokens", kv_tokens,
+            f"non-expert weights ({model.non_expert_weight_bytes / 1e9:.2f} GB) + KV ({kv / 1e9:.2f} GB) + one layer's "
+            f"staging ({staging / 1e9:.2f} GB) must fit {memory_utilisation:g} × {spec.memory_bytes / 1e9:g} GB "
+            "of HBM")
+    return int(min(model.routed_experts, free // (model.moe_layers * one)))
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class OffloadServeKnobs:
+    """Everything a sweep over the CPU-offloading systems may vary without recompiling."""
+
+    system: jax.Array  # int32[] index into SYSTEMS
+    offload: offload.OffloadKnobs
+    resident_experts: jax.Array  # int32[] experts per MoE layer held in GPU HBM
+    resident_cdf: jax.Array  # float32[E + 1, E + 1] hypergeometric_cdf(E, resident_experts), built with it
+    gpu: timing.GpuKnobs
+    batcher: BatcherKnobs
+    requests: rq.RequestKnobs
+    routing: routing.RoutingKnobs
+
+    @classmethod
+    def make(cls, model: ModelSpec, gpu: str = "h100-pcie", cores: int = 32, system: str = "hybrid", *,
+             kv_tokens: int | None = None, batcher: BatcherKnobs | None = None, requests: rq.RequestKnobs | None = None,
+             routing_knobs: routing.RoutingKnobs | None = None, cpu: str = "xeon-8452y", pcie: str = "pcie5-x16",
+             cpu_experts: int = 0, resident: int | None = None,
+             memory_utilisation: float = MEMORY_UTILISATION[0]) -> "OffloadServeKnobs":
+        """Knobs of ``system`` (one of :data:`SYSTEMS`) for ``model`` on the ``gpu`` preset with a cap of
+        ``cores`` host cores. ``kv_tokens``: KV tokens the run holds in HBM at most (a fixed batch:
+        B × (L_in + L_out); online: slots × the longest request), which sets the resident experts
+        (:func:`resident_experts`) unless ``resident`` gives them; ``cpu_experts`` is the fixed split
+        of ``hybrid-split``; ``batcher`` and ``requests`` default to their own defaults."""
+        c = cls.__name__
+        require(isinstance(model, ModelSpec) and model.is_moe, c, "model", getattr(model, "name", model),
+                "must be a MoE ModelSpec")
+        kind = require_choice(c, "system", system, SYSTEMS)
+        util = require_real(c, "memory_utilisation", memory_utilisation, 0.0, 1.0, lo_open=True)
+        require(resident is not None or kv_tokens is not None, c, "kv_tokens", kv_tokens,
+                "must be given (the KV tokens held in HBM set the resident experts) unless resident is")
+        if resident is None:
+            resident = resident_experts(model, gpu, kv_tokens, util)
+        resident = require_int(c, "resident", resident, 0, model.routed_experts)
+        return cls(system=jnp.int32(SYSTEMS.index(kind)),
+                   offload=offload.OffloadKnobs.make(cpu, pcie, cores=cores, cpu_experts=cpu_experts),
+                   resident_experts=jnp.int32(resident),
+                   resident_cdf=jnp.asarray(hypergeometric_cdf(model.routed_experts, resident)),
+                   gpu=timing.GpuKnobs.make(gpu),
+                   batcher=BatcherKnobs.make() if batcher is None else batcher,
+                   requests=rq.RequestKnobs.make() if requests is None else requests,
+                   routing=routing.RoutingKnobs.make() if routing_knobs is None else routing_knobs)
+
+
+class PassTimes(NamedTuple):
+    """One pass on the CPU-offloading systems."""
+
+    non_expert_us: jax.Array  # float32[] every non-expert operator and the LM head
+    expert_launch_us: jax.Array  # float32[] the grouped expert kernels' launches, per MoE layer
+    experts: offload.LayerTimes  # fields [L_moe]: each MoE layer's expert latency under every scheme
+    expert_us: jax.Array  # float32[L_moe] the selected system's expert latency
+    iteration_us: jax.Array  # float32[] the pass
+
+
+def pass_routing(words: tuple, batch: timing.Batch, draw, knobs: OffloadServeKnobs,
+                 config: system.ServeConfig) -> routing.Routing:
+    """Every MoE layer's routing of one pass, drawn as :func:`hbfjax.serve.system.pass_times` draws it."""
+    rc = config.routing
+    moe_layers = jnp.asarray(_moe_layers(config.model), jnp.int32)
+    tokens = system.pass_tokens(batch)
+    if config.routing_draw == "counts":
+        return routing.count_routing(routing.distinct_count_draws(words, draw, moe_layers, tokens, rc), tokens, rc)
+    return routing.route_layers(words, draw, moe_layers, routing.active_mask(tokens, rc), knobs.routing, rc)
+
+
+def _moe_layers(model: ModelSpec) -> list[int]:
+    return [i for i, k in enumerate(model.layer_kinds) if k == "moe"]
+
+
+def hypergeometric_cdf(experts: int, resident: int) -> np.ndarray:
+    """float32[E + 1, E + 1]: row d is the CDF over h of the number of resident experts among d needed
+    ones, when ``resident`` of ``experts`` are resident and the needed ones are a uniform d-subset
+    (host, float64 log-binomials)."""
+    lc = lambda n, k: math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)  # noqa: E731
+    pmf = np.zeros((experts + 1, experts + 1))
+    for d in range(experts + 1):
+        for h in range(max(0, d - (experts - resident)), min(resident, d) + 1):
+            pmf[d, h] = math.exp(lc(resident, h) + lc(experts - resident, d - h) - lc(experts, d))
+    cdf = np.cumsum(pmf, axis=1)
+    cdf[np.arange(experts + 1), np.minimum(np.arange(experts + 1), resident)] = 1.0  # the top of each support
+    return np.minimum(cdf, 1.0).astype(np.float32)
+
+
+def resident_needed(u, cdf, needed) -> jax.Array:
+    """int32[...]: the inverse CDF at ``u`` of the resident experts among ``needed`` distinct ones, from
+    ``cdf`` = :func:`hypergeometric_cdf` (one row per needed count)."""
+    return jnp.sum(cdf[jnp.asarray(needed, jnp.int32)] <= u[..., None], axis=-1, dtype=jnp.int32)
+
+
+def gpu_resident(words: tuple, draw, r: routing.Routing, knobs: OffloadServeKnobs, config: system.ServeConfig):
+    """bool[L_moe, E]: which experts of each MoE layer are in HBM (module docstring)."""
+    e = config.model.routed_experts
+    ids = jnp.arange(e, dtype=jnp.int32)
+    layers = jnp.asarray(_moe_layers(config.model), jnp.int32)
+    if config.routing_draw == "tokens":
+        rank = jax.vmap(lambda layer: routing.expert_rank((*words, layer), config.routing))(layers)
+        return rank < knobs.resident_experts
+    d = r.distinct_experts[:, None]  # the needed experts are ids 0 … d − 1
+    u = rng.uniform01(rng.mix(*words, draw, layers, Salt.OFFLOAD_RESIDENT))
+    h = resident_needed(u, knobs.resident_cdf, r.distinct_experts)[:, None]
+    return (ids < h) | ((ids >= d) & (ids < d + knobs.resident_experts - h))
+
+
+def expert_gpu_us(rows, gpu: timing.GpuKnobs, config: timing.TimingConfig) -> jax.Array:
+    """float32[..., E]: each expert's GPU time at its ``rows`` with its weights in HBM, the roofline of
+    its own GEMMs (``timing.expert_costs`` of a one-expert layer) without the kernel launches."""
+    costs, _ = timing.expert_costs(jnp.asarray(rows, jnp.int32)[..., None], gpu, config)
+    i = timing.OPS.index("experts")
+    return costs.time_us[..., i] - costs.kernels[..., i] * gpu.launch_us
+
+
+def select(experts: offload.LayerTimes, kind) -> jax.Array:
+    """float32[L_moe]: the expert latency of system ``kind`` (index into :data:`SYSTEMS`)."""
+    return jnp.stack([experts.stream_us, experts.cpu_compute_us, experts.oracle_us, experts.hybrid_us])[kind]
+
+
+def pass_times(words: tuple, batch: timing.Batch, draw, knobs: OffloadServeKnobs,
+               config: system.ServeConfig) -> PassTimes:
+    """One pass's time on the selected system (module docstring); ``words`` = (seed, stream)."""
+    model, tc = config.model, config.timing
+    r = pass_routing(words, batch, draw, knobs, config)
+    base = timing.step_costs(batch, jnp.zeros((model.routed_experts,), jnp.int32), knobs.gpu, tc)
+    non_expert = model.moe_layers * base.moe_layer_us + model.dense_layers * base.dense_layer_us + \
+        base.lm_head.time_us
+    tokens = system.pass_tokens(batch)
+    per_layer = lambda rows, resident, gpu_us: offload.layer_times(  # noqa: E731
+        offload.ExpertLayer(tokens=rows, gpu_resident=resident, gpu_us=gpu_us,
+                            expert_bytes=jnp.float32(layer_time.expert_bytes(model)),
+                            flops_per_row=jnp.float32(expert_flops_per_row(model)),
+                            activation_bytes=jnp.float32(model.hidden * tc.activation_bytes), batch_tokens=tokens),
+        knobs.offload)
+    experts = jax.vmap(per_layer)(r.rows, gpu_resident(words, draw, r, knobs, config),
+                                  expert_gpu_us(r.rows, knobs.gpu, tc))
+    expert_us = select(experts, knobs.system)
+    active = r.rows.sum(axis=-1) > 0
+    launch = jnp.float32(_expert_matrices(model)) * knobs.gpu.launch_us
+    total = non_expert + jnp.sum(jnp.where(active, launch + expert_us, 0.0))
+    return PassTimes(non_expert_us=non_expert, expert_launch_us=launch, experts=experts, expert_us=expert_us,
+                     iteration_us=total)
+
+
+class OffloadServeOutput(NamedTuple):
+    """One stream's run: per-request times (``Clock[R]``) and loop facts (as ``system.ServeOutput``)."""
+
+    arrival: object  # Clock[R]
+    first_token: object  # Clock[R]
+    finish: object  # Clock[R]
+    tokens_out: jax.Array  # int32[R]
+    valid: jax.Array  # bool[R]
+    iterations: jax.Array  # int32[] iterations with work
+    overflow: jax.Array  # bool[]
+
+
+def simulate(stream_id, seed, knobs: OffloadServeKnobs, inputs, config: system.ServeConfig) -> OffloadServeOutput:
+    """Serve one stream's requests on a CPU-offloading system (the batch protocol; ``config`` is the
+    serving configuration DASH runs with, ``inputs`` a trace's ``requests.TraceInputs`` or None)."""
+    require(config.model.is_moe, "offload_system.simulate", "model", config.model.name, "must be a MoE model")
+    reqs = rq.generate(stream_id, seed, knobs.requests, inputs, config.requests)
+    words = (seed, stream_id)
+
+    def pass_us(batch, draw):
+        return pass_times(words, batch, draw, knobs, config).iteration_us
+
+    st = batching.rollout(reqs, knobs.batcher, config.batcher, pass_us, config.max_iterations, config.scan_chunk)
+    return OffloadServeOutput(arrival=reqs.arrival, first_token=st.first_token, finish=st.finish,
+                              tokens_out=st.tokens_out, valid=reqs.valid, iterations=st.iterations,
+                              overflow=st.overflow)
+
+
+__all__ = ["SYSTEMS", "OffloadServeKnobs", "PassTimes", "OffloadServeOutput", "resident_experts", "pass_routing",
+           "gpu_resident", "hypergeometric_cdf", "resident_needed", "expert_gpu_us", "expert_flops_per_row", "select",
+           "pass_times", "simulate"]
