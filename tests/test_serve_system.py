@@ -145,7 +145,7 @@ def test_a_measured_table_sets_each_operator_where_it_is_slower_than_delivery():
     run = jax.jit(system.simulate, static_argnums=4)
     out = run(jnp.int32(0), jnp.uint32(7), knobs, system.ServeInputs(table=curves), CONFIG)
     words = (jnp.uint32(7), jnp.int32(0))
-    expect = sum(float(timing.model_times(b, system.pass_routing(words, b, 2 * i, knobs, CONFIG)[1], knobs.gpu,
+    expect = sum(float(timing.model_times(b, system.pass_routing(words, b, 2 * i, knobs, CONFIG, compact=False).rows, knobs.gpu,
                                           CONFIG.timing, curves).iteration_us) for i, b in enumerate(_hand_batches()))
     np.testing.assert_allclose(np.asarray(clock.to_us(out.finish)), expect, rtol=1e-6)
     assert float(out.totals.write_stall_us) == 0.0 and float(out.totals.table_miss_passes) == 0.0

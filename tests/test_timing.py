@@ -360,3 +360,24 @@ def test_model_times_of_a_preset_is_its_layers_by_kind_plus_the_head(name):
         + float(step.lm_head.time_us)
     assert float(times.iteration_us) == pytest.approx(expected, rel=1e-5)
     assert times.segment_us.shape == (spec.layers, len(OPS))
+
+
+def test_even_rows_cost_what_the_rows_they_stand_for_cost():
+    """timing.EvenRows (count routing's compact form) against the explicit rows count_routing builds, on the
+    roofline and on a measured table: every field equal."""
+    from hbfjax.workload import routing
+    from test_profile_table import _gqa_table
+
+    rc = routing.RoutingConfig(routed_experts=GQA.routed_experts, top_k=GQA.top_k, shared_experts=GQA.shared_experts,
+                               max_tokens=64)
+    tokens = jnp.asarray([0, 1, 3, 7, 64, 64], jnp.int32)
+    distinct = jnp.asarray([0, 1, 2, 5, GQA.routed_experts, 3], jnp.int32)
+    explicit = jax.vmap(lambda d, t: routing.count_routing(d[None], t, rc).rows[0])(distinct, tokens)  # int32[6, E]
+    even = tm.EvenRows(distinct=distinct, total=tokens * GQA.top_k)
+    knobs, config = tm.GpuKnobs.make(), tm.TimingConfig(model=GQA)
+    for table in (None, _gqa_table(tokens=(1, 2, 64, 1024)).curves()):
+        a, miss_a = tm.expert_costs(explicit, knobs, config, table)
+        b, miss_b = tm.expert_costs(even, knobs, config, table)
+        for x, y in zip(a, b):
+            np.testing.assert_allclose(np.asarray(y), np.asarray(x), rtol=1e-6)
+        np.testing.assert_array_equal(np.asarray(miss_a), np.asarray(miss_b))

@@ -110,12 +110,14 @@ def layer_times(batch: timing.Batch, needed: jax.Array, rows: jax.Array, kv_hbm_
                 org: OrgKnobs, config: timing.TimingConfig, table=None) -> LayerTimes:
     """Per-layer times of one iteration (module docstring). ``needed: bool[L_moe, E]`` and
     ``rows: int32[L_moe, E]`` are each MoE layer's routing (``hbfjax.workload.routing.route_layers``),
-    in layer order; ``kv_hbm_fraction`` is the share of the KV the attention reads that is held in HBM:
+    in layer order (or, as count routing draws them, ``needed`` as int32[L_moe] counts and ``rows`` a
+    ``timing.EvenRows``); ``kv_hbm_fraction`` is the share of the KV the attention reads that is held in HBM:
     one float32[] or a (decode attention, chunk attention) pair (:func:`kv_share_per_op`). ``table``:
     measured curves (``profile_table.Curves``) or None for the roofline."""
     model = config.model
     kinds = np.array(model.layer_kinds)
-    rows = jnp.asarray(rows, jnp.int32)
+    if not isinstance(rows, timing.EvenRows):
+        rows = jnp.asarray(rows, jnp.int32)
     measured = table is not None
     base = timing.step_costs(batch, jnp.zeros((max(model.routed_experts, 1),), jnp.int32), gpu, config, table)
     share = kv_share_per_op(kv_hbm_fraction)

@@ -155,13 +155,8 @@ class PassTimes(NamedTuple):
 
 def pass_routing(words: tuple, batch: timing.Batch, draw, knobs: OffloadServeKnobs,
                  config: system.ServeConfig) -> routing.Routing:
-    """Every MoE layer's routing of one pass, drawn as :func:`hbfjax.serve.system.pass_times` draws it."""
-    rc = config.routing
-    moe_layers = jnp.asarray(_moe_layers(config.model), jnp.int32)
-    tokens = system.pass_tokens(batch)
-    if config.routing_draw == "counts":
-        return routing.count_routing(routing.distinct_count_draws(words, draw, moe_layers, tokens, rc), tokens, rc)
-    return routing.route_layers(words, draw, moe_layers, routing.active_mask(tokens, rc), knobs.routing, rc)
+    """Every MoE layer's routing of one pass, drawn as :func:`hbfjax.serve.system.pass_routing` draws it."""
+    return system.pass_routing(words, batch, draw, knobs.routing, config, compact=False)
 
 
 def _moe_layers(model: ModelSpec) -> list[int]:

@@ -176,10 +176,13 @@ def pass_tokens(batch: timing.Batch) -> jax.Array:
     return batch.decode_mask.sum(dtype=jnp.int32) + jnp.where(batch.chunk_mask, batch.chunk_tokens, 0).sum(dtype=jnp.int32)
 
 
-def pass_routing(words: tuple, batch: timing.Batch, draw, knobs: ServeKnobs, config: ServeConfig):
-    """(needed bool[L_moe, E], rows int32[L_moe, E]) of one pass: every MoE layer routed for its
-    tokens (``words`` = (seed, stream), ``draw`` the pass's draw index; ``ServeConfig.routing_draw``).
-    A dense model gets empty ``[0, 1]`` arrays."""
+def pass_routing(words: tuple, batch: timing.Batch, draw, knobs: ServeKnobs | routing.RoutingKnobs, config: ServeConfig,
+                 compact: bool = True):
+    """(needed, rows) of one pass: every MoE layer routed for its tokens (``words`` = (seed, stream),
+    ``draw`` the pass's draw index; ``ServeConfig.routing_draw``): ``bool[L_moe, E]`` and
+    ``int32[L_moe, E]``, or with count draws and ``compact``, the distinct counts ``int32[L_moe]`` and
+    ``timing.EvenRows`` (the same costs at O(1) instead of O(E) per layer). ``compact=False`` returns
+    the whole ``routing.Routing``. A dense model gets empty ``[0, 1]`` arrays."""
     model = config.model
     if not model.is_moe:
         return jnp.zeros((0, 1), bool), jnp.zeros((0, 1), jnp.int32)
@@ -187,10 +190,15 @@ def pass_routing(words: tuple, batch: timing.Batch, draw, knobs: ServeKnobs, con
     moe_layers = jnp.asarray([i for i, k in enumerate(model.layer_kinds) if k == "moe"], jnp.int32)
     tokens = pass_tokens(batch)
     if config.routing_draw == "counts":
-        r = routing.count_routing(routing.distinct_count_draws(words, draw, moe_layers, tokens, rc), tokens, rc)
+        distinct = routing.distinct_count_draws(words, draw, moe_layers, tokens, rc)
+        if compact:
+            total = jnp.broadcast_to(tokens * rc.top_k, distinct.shape)
+            return distinct, timing.EvenRows(distinct=distinct, total=total)
+        r = routing.count_routing(distinct, tokens, rc)
     else:
-        r = routing.route_layers(words, draw, moe_layers, routing.active_mask(tokens, rc), knobs.routing, rc)
-    return r.needed, r.rows
+        rk = knobs.routing if isinstance(knobs, ServeKnobs) else knobs
+        r = routing.route_layers(words, draw, moe_layers, routing.active_mask(tokens, rc), rk, rc)
+    return r if not compact else (r.needed, r.rows)
 
 
 def pass_times(words: tuple, batch: timing.Batch, draw, knobs: ServeKnobs, config: ServeConfig,

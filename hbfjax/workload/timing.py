@@ -273,10 +273,26 @@ def _linear_kernel(lin, tokens: jax.Array, act_bytes: int, copies: int | None = 
                    active=active, peak_index=_peak(precision_of(lin.bytes_per_param)), attention=False)
 
 
-def _expert_kernel(lin, rows: jax.Array, act_bytes: int) -> _Kernel:
-    """A routed-expert Linear as one grouped kernel; ``rows: int32[..., E]``."""
-    total = jnp.sum(rows, axis=-1).astype(jnp.float32)
-    distinct = jnp.sum(rows > 0, axis=-1).astype(jnp.float32)
+class EvenRows(NamedTuple):
+    """Routed rows in compact form: ``total`` rows shared as evenly as possible by ``distinct`` experts
+    (``total mod distinct`` of them get one row more), as count routing draws them
+    (``routing.count_routing``); :func:`expert_costs` takes it in place of ``rows: int32[..., E]``."""
+
+    distinct: jax.Array  # int32[...] experts with rows (0 when total is 0)
+    total: jax.Array  # int32[...] rows over all experts (tokens × top-k)
+
+
+def _totals(rows) -> tuple[jax.Array, jax.Array]:
+    """(total rows, distinct experts) float32[...] of ``rows`` (int32[..., E] or EvenRows)."""
+    if isinstance(rows, EvenRows):
+        total = jnp.asarray(rows.total, jnp.float32)
+        return total, jnp.where(total > 0, jnp.asarray(rows.distinct, jnp.float32), 0.0)
+    return jnp.sum(rows, axis=-1).astype(jnp.float32), jnp.sum(rows > 0, axis=-1).astype(jnp.float32)
+
+
+def _expert_kernel(lin, rows, act_bytes: int) -> _Kernel:
+    """A routed-expert Linear as one grouped kernel; ``rows: int32[..., E]`` or :class:`EvenRows`."""
+    total, distinct = _totals(rows)
     per_copy = float(lin.in_features * lin.out_features)
     return _Kernel(flops=2.0 * total * per_copy, weight_bytes=distinct * per_copy * lin.bytes_per_param,
                    kv_bytes=jnp.zeros_like(total), other_bytes=total * float((lin.in_features + lin.out_features) * act_bytes),
@@ -402,13 +418,17 @@ def _layer_base(kind: str, batch: Batch, knobs: GpuKnobs, config: TimingConfig, 
     return acc
 
 
-def expert_costs(rows: jax.Array, knobs: GpuKnobs, config: TimingConfig, table=None) -> tuple[OpCosts, jax.Array]:
+def expert_costs(rows, knobs: GpuKnobs, config: TimingConfig, table=None) -> tuple[OpCosts, jax.Array]:
     """Costs of the routed experts of MoE layers: ``rows: int32[..., E]`` (routed rows per expert, one
-    row per layer) -> (OpCosts with fields float32[..., ops], zero except ``experts``; miss bool[...])."""
+    row per layer) or :class:`EvenRows` -> (OpCosts with fields float32[..., ops], zero except
+    ``experts``; miss bool[...])."""
     model, ab = config.model, config.activation_bytes
-    rows = jnp.asarray(rows, jnp.int32)
-    acc = _Acc(rows.shape[:-1])
-    miss_all = jnp.zeros(rows.shape[:-1], bool)
+    even = isinstance(rows, EvenRows)
+    if not even:
+        rows = jnp.asarray(rows, jnp.int32)
+    shape = jnp.shape(rows.total) if even else rows.shape[:-1]
+    acc = _Acc(shape)
+    miss_all = jnp.zeros(shape, bool)
     for lin in model.linears("moe"):
         if lin.op != "experts":
             continue
@@ -416,11 +436,20 @@ def expert_costs(rows: jax.Array, knobs: GpuKnobs, config: TimingConfig, table=N
         if table is None:
             acc.add("experts", k, knobs)
             continue
-        # the table times each expert as its own GEMM of rows[e] tokens (fallback: that GEMM's roofline)
-        per_expert = rows.astype(jnp.float32)
-        fallback = _roofline(_linear_kernel(lin, per_expert, ab, copies=1), knobs)[0]
-        us, miss = _measured(table, pt.linear_key(lin), per_expert, fallback, config.allow_roofline)
-        acc.add("experts", k, knobs, jnp.sum(us, axis=-1), jnp.any(miss, axis=-1))
+        # the table times each expert as its own GEMM of its rows (fallback: that GEMM's roofline)
+        if even:  # r experts of q + 1 rows and d − r of q rows
+            d = jnp.maximum(jnp.asarray(rows.distinct, jnp.int32), 1)
+            total = jnp.asarray(rows.total, jnp.int32)
+            q, r = total // d, total % d
+            sizes = jnp.stack([q + 1, q], axis=-1).astype(jnp.float32)  # f32[..., 2]
+            counts = jnp.stack([r, jnp.where(total > 0, d - r, 0)], axis=-1).astype(jnp.float32)
+            sizes = jnp.where(counts > 0, sizes, 0.0)
+        else:
+            sizes, counts = rows.astype(jnp.float32), jnp.ones(rows.shape, jnp.float32)
+        fallback = _roofline(_linear_kernel(lin, sizes, ab, copies=1), knobs)[0]
+        us, miss = _measured(table, pt.linear_key(lin), sizes, fallback, config.allow_roofline)
+        miss = miss & (counts > 0)
+        acc.add("experts", k, knobs, jnp.sum(us * counts, axis=-1), jnp.any(miss, axis=-1))
         miss_all = miss_all | jnp.any(miss, axis=-1)
     return acc.costs(), miss_all
 
@@ -503,6 +532,6 @@ def raise_if_table_miss(table_miss) -> None:
                                    "or set TimingConfig.allow_roofline=True to use the roofline there")
 
 
-__all__ = ["OPS", "GpuKnobs", "TimingConfig", "Batch", "OpCosts", "StepCosts", "ModelTimes", "step_costs",
+__all__ = ["OPS", "GpuKnobs", "TimingConfig", "Batch", "EvenRows", "OpCosts", "StepCosts", "ModelTimes", "step_costs",
            "model_times", "expert_costs", "precision_of", "decode_pairs", "prefill_pairs", "tokens_of",
            "emitting_tokens", "raise_if_table_miss"]
