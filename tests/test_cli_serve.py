@@ -34,7 +34,10 @@ def test_serve_online_reports_littles_law_terms_and_refuses_bad_options(capsys):
     assert out["arrival_rate_per_s"] > 0 and out["mean_requests_in_system"] > 0
     assert main(["serve", "--rate", "2", "--requests", "8", "--warmup", "8"]) == 2
     assert "--warmup = 8: must be below --requests = 8" in capsys.readouterr().err
-    assert main(["serve", "--system", "cpu-stream"]) == 2
+    assert main(["serve", "--system", "dash", "dash"]) == 2
+    assert "each system once" in capsys.readouterr().err
+    assert main(["serve", "--system", "hybrid", "--model", "llama3-8b"]) == 2
+    assert "serve MoE models (llama3-8b is dense)" in capsys.readouterr().err
     assert main(["serve", "--link-tbps", "0"]) == 2
     assert "--link-tbps = 0: must be in (0, 1000]" in capsys.readouterr().err
 
@@ -49,3 +52,13 @@ def test_serve_replays_a_trace_with_slo_goodput(capsys, tmp_path):
     assert out["slo_attainment"] == 1.0 and out["goodput_requests_per_s"] > 0
     assert main(["serve", "--trace", str(path), "--rate", "1"]) == 2
     assert "--rate and --trace: give one" in capsys.readouterr().err
+
+
+def test_serve_runs_the_cpu_offloading_baselines_beside_dash(capsys):
+    assert main(["serve", "--system", "dash", "cpu-stream", "hybrid", "--batch", "1", "--prompt", "64", "--output", "3",
+                 "--streams", "2", "--json"]) == 0
+    out = {s["system"]: s for s in json.loads(capsys.readouterr().out)["systems"]}
+    assert list(out) == ["dash", "cpu-stream", "hybrid"]
+    assert "utilisation" in out["dash"] and "utilisation" not in out["hybrid"]
+    # the oracle is never slower than streaming, and both are far slower than DASH (DASH §VI-C)
+    assert out["dash"]["tpot_ms"] < out["hybrid"]["tpot_ms"] <= out["cpu-stream"]["tpot_ms"]

@@ -10,7 +10,7 @@ import numpy as np
 from hbfjax import batch, traces
 from hbfjax.commands._common import add_common_args, emit
 from hbfjax.memory import organisations as orgs
-from hbfjax.serve import metrics, system
+from hbfjax.serve import metrics, offload_system, system
 from hbfjax.serve.state import MODES, BatcherConfig, BatcherKnobs
 from hbfjax.reports import mean_ci_fields
 from hbfjax.validate import ConfigError, number
@@ -32,7 +32,15 @@ default: the HBM the weights leave) is exceeded; attention reads both tiers in p
 writes' programs take beyond each layer's attention window is an exposed stall (write_stall_s).
 Admission reserves each request's whole KV within the HBM budget plus the HBF the weights leave.
 
-Not modelled yet: plane collisions between HBF reads and programs, GC, prefix reuse.
+The CPU-offloading baselines (DASH §VI-C) serve the same requests with the same routing draws on an
+H100 PCIe with no HBF: a fixed number of experts per layer resident in its 80 GB (0.9 × HBM minus the
+non-expert weights, the run's KV and a one-layer staging buffer); cpu-stream copies every other needed
+expert over PCIe Gen5 x16 and computes it on the GPU; cpu-compute runs it on a Xeon Platinum 8452Y,
+one expert per core under --cores; hybrid is the per-layer oracle over CPU/GPU splits (a lower bound).
+They compile apart from the HBF organisations and report request metrics only.
+
+Not modelled yet: plane collisions between HBF reads and programs, GC, prefix reuse; for the CPU
+systems, CPU dispatch overhead, PCIe setup latency, reuse of streamed experts, KV writes.
 
 Units: times in s (E2E, TTFT) and ms (TPOT), throughput in output tokens per second over the measured
 requests (first measured arrival to last measured finish); decode_tokens_per_s is B·(L_out − 1) / T_decode
@@ -41,7 +49,8 @@ percentiles averaged over streams. Utilisations are bytes over what the path cou
 time (iterations with work); occupancies are time averages over the busy time.
 """
 
-SYSTEMS = tuple(orgs.ORGANISATIONS)
+CPU_SYSTEMS = ("cpu-stream", "cpu-compute", "hybrid")  # DASH §VI-C baselines (offload_system.SYSTEMS)
+SYSTEMS = tuple(orgs.ORGANISATIONS) + CPU_SYSTEMS
 
 
 def register(subparsers) -> None:
@@ -49,6 +58,8 @@ def register(subparsers) -> None:
                               description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--system", nargs="+", choices=SYSTEMS, default=["dash"],
                    help="memory organisations, several at once share one compilation (default dash)")
+    p.add_argument("--cores", type=number(int, 1, 4096), default=32,
+                   help="host cores the CPU systems may use (default 32, DASH Fig. 10(b))")
     p.add_argument("--model", choices=sorted(models.PRESETS), default="qwen3-235b-a22b", help="model preset")
     p.add_argument("--gpu", choices=sorted(gpus.PRESETS), default="h100-pcie", help="GPU preset (DASH: H100 PCIe)")
     w = p.add_argument_group("workload (a fixed batch unless --rate or --trace is given)")
@@ -137,17 +148,27 @@ def _config(args, model) -> tuple[system.ServeConfig, rq.RequestKnobs, rq.TraceI
     return serve, knobs, inputs, warmup
 
 
+def _run_points(simulate, points, args, config, run_kw):
+    """One compilation for every point (a knob axis when there are several)."""
+    several = len(points) > 1
+    knobs = batch.stack_knobs(points) if several else points[0]
+    return batch.run(simulate, args.streams, args.seed, knobs, config, knob_axis=several, **run_kw)
+
+
 def _report(o, org, warmup: int, online: bool, slo) -> dict:
-    """One organisation's JSON: request metrics, run totals and utilisations, means with CIs."""
+    """One system's JSON: request metrics, and for an HBF organisation (``org``) the run totals and
+    utilisations; means with CIs."""
     s = metrics.summary(metrics.times(o.arrival, o.first_token, o.finish, o.tokens_out, o.valid), warmup, None, slo)
     if not online:  # every request arrives at t = 0: no arrival rate, Little's law is void
         s = {key: v for key, v in s.items() if "arrival_rate" not in key and "requests_in_system" not in key}
+    extra = {"iterations_mean": float(np.mean(o.iterations)), "overflow": bool(np.any(o.overflow))}
+    if org is None:
+        return {**s, **extra}
     per_stream = system.totals_report(o.totals, org)
     run = mean_ci_fields(per_stream, tuple(per_stream))
     util = {k[len("utilisation_"):]: v for k, v in run.items() if k.startswith("utilisation_")}
     run = {k: v for k, v in run.items() if "utilisation_" not in k}
-    return {**s, **run, "utilisation": util, "iterations_mean": float(np.mean(o.iterations)),
-            "overflow": bool(np.any(o.overflow))}
+    return {**s, **run, "utilisation": util, **extra}
 
 
 def run(args) -> int:
@@ -155,30 +176,49 @@ def run(args) -> int:
     config, request_knobs, inputs, warmup = _config(args, model)
     gpu = timing.GpuKnobs.make(args.gpu)
     batcher = BatcherKnobs.make(chunk_tokens=args.chunk_tokens, token_budget=args.token_budget)
-    budget = None if args.hbm_kv_budget_gb is None else args.hbm_kv_budget_gb * 1e9
-    org_knobs = [_org(n, args) for n in args.system]
-    points = [system.ServeKnobs.make(o, gpu, batcher, request_knobs, hbm_kv_budget_bytes=budget) for o in org_knobs]
-    several = len(points) > 1
-    knobs = batch.stack_knobs(points) if several else points[0]
     if args.allow_roofline and args.profile_table is None:
         raise ConfigError("--allow-roofline: applies only with --profile-table")
-    table = None if args.profile_table is None else profile_table.ProfileTable.read(args.profile_table).curves()
-    out = batch.run(system.simulate, args.streams, args.seed, knobs, config,
-                    inputs=system.ServeInputs(trace=inputs, table=table), knob_axis=several,
-                    chunk_streams=args.chunk_streams, progress=args.chunk_streams is not None)
-    if np.any(np.asarray(out.totals.table_miss_passes) > 0):
-        raise ConfigError(f"--profile-table {args.profile_table}: some operator shapes of this run lie outside the "
-                          "measured table; profile them (hbfjax profile --model ...) or pass --allow-roofline")
+    if len(set(args.system)) < len(args.system):
+        raise ConfigError(f"--system {' '.join(args.system)}: each system once")
+    cpu_names = [n for n in args.system if n in CPU_SYSTEMS]
+    if cpu_names and not model.is_moe:
+        raise ConfigError(f"--system {' '.join(cpu_names)}: the CPU-offloading systems serve MoE models "
+                          f"({args.model} is dense)")
+    if cpu_names and args.profile_table is not None:
+        raise ConfigError("--profile-table: applies to the HBF organisations only, not to --system " + " ".join(cpu_names))
     slo = None if args.slo_ttft_s is None and args.slo_tpot_ms is None else metrics.Slo(args.slo_ttft_s, args.slo_tpot_ms)
-    results = []
-    for k, name in enumerate(args.system):
-        o = jax.tree_util.tree_map(lambda a, k=k: a[:, k], out) if several else out
-        results.append({"system": name, **_report(o, org_knobs[k], warmup, config.requests.arrivals != "batch", slo)})
+    online = config.requests.arrivals != "batch"
+    by_name = {}
+    org_names = [n for n in args.system if n not in CPU_SYSTEMS]
+    run_kw = dict(inputs=inputs, chunk_streams=args.chunk_streams, progress=args.chunk_streams is not None)
+    if org_names:
+        budget = None if args.hbm_kv_budget_gb is None else args.hbm_kv_budget_gb * 1e9
+        org_knobs = [_org(n, args) for n in org_names]
+        table = None if args.profile_table is None else profile_table.ProfileTable.read(args.profile_table).curves()
+        points = [system.ServeKnobs.make(o, gpu, batcher, request_knobs, hbm_kv_budget_bytes=budget) for o in org_knobs]
+        out = _run_points(system.simulate, points, args, config, dict(run_kw, inputs=system.ServeInputs(inputs, table)))
+        if np.any(np.asarray(out.totals.table_miss_passes) > 0):
+            raise ConfigError(f"--profile-table {args.profile_table}: some operator shapes of this run lie outside the "
+                              "measured table; profile them (hbfjax profile --model ...) or pass --allow-roofline")
+        for k, name in enumerate(org_names):
+            o = jax.tree_util.tree_map(lambda a, k=k: a[:, k], out) if len(points) > 1 else out
+            by_name[name] = _report(o, org_knobs[k], warmup, online, slo)
+    if cpu_names:
+        kv_tokens = config.batcher.slots * (args.prompt + args.output) if inputs is None else None
+        if inputs is not None:  # a trace: the slots × its longest request
+            kv_tokens = config.batcher.slots * int(np.max(np.asarray(inputs.prompt_tokens) + np.asarray(inputs.output_tokens)))
+        points = [offload_system.OffloadServeKnobs.make(model, args.gpu, args.cores, n, kv_tokens=kv_tokens,
+                                                        batcher=batcher, requests=request_knobs) for n in cpu_names]
+        out = _run_points(offload_system.simulate, points, args, config, run_kw)
+        for k, name in enumerate(cpu_names):
+            o = jax.tree_util.tree_map(lambda a, k=k: a[:, k], out) if len(points) > 1 else out
+            by_name[name] = _report(o, None, warmup, online, slo)
+    results = [{"system": name, **by_name[name]} for name in args.system]
     header = {"model": args.model, "gpu": args.gpu, "streams": args.streams, "seed": args.seed,
               "lookahead_effective": bool(args.lookahead and model.lookahead_capable)}
     if not model.lookahead_capable and args.lookahead:
         header["note"] = f"{args.model}'s router has an expert-specific bias: lookahead is off (DASH §V-C)"
-    if not several:
+    if len(results) == 1:
         emit({**header, **results[0]}, args.json)
     else:
         emit({**header, "systems": results}, args.json)
