@@ -4,9 +4,10 @@ DASH §VI-E replays Poisson arrivals "at 50 %, 75 % and 90 % of RelayOnly's back
 paper does not define that throughput further; hbfjax's definition:
 
 * **backlogged**: every request of the stream is present at t = 0 (``RequestsConfig(arrivals="batch")``
-  with ``RequestKnobs.batch`` = R), served by the same batcher as the online run (DASH: B_max = 32
-  slots, 512-token chunks, an 8,192-token budget, Mixed), so the server is never idle and never short
-  of work until the queue drains;
+  with ``RequestKnobs.batch`` = R + B_max: the online run's R and one slot table more, so the queue
+  is not empty before the measured window closes), served by the same batcher as the online run
+  (DASH: B_max = 32 slots, 512-token chunks, an 8,192-token budget, Mixed): the server is never idle
+  and never short of work;
 * **throughput** of one stream: the completion rate between the ``warmup``-th and the
   ``(warmup + measured)``-th completion, ``measured / (f₍W+M₎ − f₍W₎)`` requests/s with ``f₍k₎`` the
   k-th smallest finish time (``f₍0₎`` = 0). Order statistics, not request indices, so the window is the
@@ -47,17 +48,17 @@ def completion_rate_per_s(finish_s, warmup: int, measured: int) -> np.ndarray:
 
 
 def backlogged_config(config: system.ServeConfig) -> system.ServeConfig:
-    """``config`` with every request present at t = 0 (same R, lengths, batcher and bounds)."""
+    """``config`` with R + B_max requests all present at t = 0 (same lengths, batcher and bounds)."""
     r = config.requests
     require(r.arrivals != "trace", "backlogged_config", "requests.arrivals", r.arrivals,
             "a trace's requests have their own lengths; give a synthetic stream's config")
-    requests = rq.RequestsConfig(requests=r.requests, arrivals="batch", prompt_lengths=r.prompt_lengths,
+    requests = rq.RequestsConfig(requests=r.requests + config.batcher.slots, arrivals="batch", prompt_lengths=r.prompt_lengths,
                                  output_lengths=r.output_lengths)
     return dataclasses.replace(config, requests=requests)
 
 
 def backlogged_knobs(knobs: system.ServeKnobs, config: system.ServeConfig) -> system.ServeKnobs:
-    """``knobs`` with a batch of all R requests (works on a stacked knob axis too)."""
+    """``knobs`` with a batch of all of ``config``'s requests (works on a stacked knob axis too)."""
     r = knobs.requests
     batch_r = jnp.full(jnp.shape(r.batch), config.requests.requests, jnp.int32)
     return dataclasses.replace(knobs, requests=dataclasses.replace(r, batch=batch_r))
