@@ -64,7 +64,7 @@ def _compute(ctx: Context) -> pd.DataFrame:
     points = _points(ctx.tiny)
     cfg = ds.config(MODEL, slots=1, requests=1, arrivals="batch", max_iterations=output + PROMPT)
     reqs = ds.request_knobs(PROMPT, output, batch_size=1)
-    outs = ds.run([ds.knobs(_org(p), reqs) for p in points], cfg, 1, ctx.seed)
+    outs = ds.run([ds.knobs(_org(p), reqs) for p in points], cfg, 1, ctx.seed, split=False)  # equal iterations
     rows = []
     for p, out in zip(points, outs):
         s = ds.summary(out)
