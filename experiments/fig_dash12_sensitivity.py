@@ -93,7 +93,7 @@ def run(ctx: Context) -> list[Comparison]:
     output = _output(ctx)
     table = cached_table(ctx, NAME, {"model": MODEL, "prompt": PROMPT, "output": output, "nominal": NOMINAL,
                                      "sweeps": SWEEPS}, lambda: _compute(ctx))
-    fig, axes = plt.subplots(1, 4, figsize=(15, 3.6))
+    fig, axes = plt.subplots(1, 4, figsize=(16, 3.8), gridspec_kw={"wspace": 0.6})
     labels = {"page_kib": "HBF page (KiB)", "t_read_us": "tR (µs)", "t_prog_us": "tPROG (µs)",
               "link_tbps": "per-link D2D (TB/s)"}
     for ax, name in zip(axes, SWEEPS):
@@ -103,11 +103,16 @@ def run(ctx: Context) -> list[Comparison]:
             ax.plot(d[name], d.write_stall_us * 1e-6, "s-", color="C3", label="exposed stall (s)")
             ax.plot([5000.0], [PAPER_STALL_5MS_S], "k*", ms=11, label="paper: 19.94 s at 5 ms")
             ax.set_ylabel("time over the run (s)")
-            ax.legend(fontsize=7)
+            twin = ax.twinx()
+            twin.plot(d[name], d.e2e_norm, "^--", color="C2", label="E2E / nominal (right)")
+            twin.set_ylabel("E2E / nominal")
+            ax.legend(fontsize=7, loc="upper left")
+            twin.legend(fontsize=7, loc="lower right")
+            ax.set_xscale("log")
         else:
             ax.plot(d[name], d.e2e_norm, "o-")
             ax.set_ylabel("E2E / nominal")
-        ax.set_xscale("log", base=2)
+            ax.set_xscale("log", base=2)
         ax.set_xlabel(labels[name])
     fig.suptitle(f"Llama 4 Maverick on DASH, B = 1, {PROMPT} prompt + {output:,} output tokens (one stream: "
                  "deterministic)", fontsize=9)
