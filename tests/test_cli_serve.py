@@ -62,3 +62,13 @@ def test_serve_runs_the_cpu_offloading_baselines_beside_dash(capsys):
     assert "utilisation" in out["dash"] and "utilisation" not in out["hybrid"]
     # the oracle is never slower than streaming, and both are far slower than DASH (DASH §VI-C)
     assert out["dash"]["tpot_ms"] < out["hybrid"]["tpot_ms"] <= out["cpu-stream"]["tpot_ms"]
+
+
+def test_serve_offers_a_load_relative_to_the_reference_backlogged_throughput(capsys):
+    assert main(["serve", "--load", "0.5", "--load-reference", "relay-only", "--requests", "24", "--warmup", "4",
+                 "--prompt", "64", "--output", "4", "--slots", "4", "--streams", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["load_reference"] == "relay-only" and out["reference_backlogged_requests_per_s"] > 0
+    assert abs(out["offered_rate_per_s"] - 0.5 * out["reference_backlogged_requests_per_s"]) < 1e-9
+    assert main(["serve", "--load", "0.5", "--rate", "1"]) == 2
+    assert "--rate and --load: give one" in capsys.readouterr().err

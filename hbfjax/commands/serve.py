@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from hbfjax import batch, traces
 from hbfjax.commands._common import add_common_args, emit
 from hbfjax.memory import organisations as orgs
-from hbfjax.serve import metrics, offload_system, system
+from hbfjax.serve import load, metrics, offload_system, system
 from hbfjax.serve.state import MODES, BatcherConfig, BatcherKnobs
 from hbfjax.reports import mean_ci_fields
 from hbfjax.validate import ConfigError, number
@@ -68,6 +70,11 @@ def register(subparsers) -> None:
     w.add_argument("--output", type=number(int, 1, rq.MAX_TOKENS), default=128, help="output tokens L_out (default 128)")
     w.add_argument("--rate", type=number(float, 0.0, 1e6, lo_open=True), default=None,
                    help="Poisson arrivals at this rate in requests/s instead of a fixed batch")
+    w.add_argument("--load", type=number(float, 0.0, 10.0, lo_open=True), default=None,
+                   help="Poisson arrivals at this fraction of --load-reference's backlogged throughput "
+                        "(DASH §VI-E: 0.5, 0.75, 0.9), measured first in the same run")
+    w.add_argument("--load-reference", choices=tuple(orgs.ORGANISATIONS), default="relay-only",
+                   help="the organisation whose backlogged throughput --load scales (default relay-only)")
     w.add_argument("--trace", default=None, metavar="FILE",
                    help="replay a request trace (arrivals and lengths; a path or a name from `hbfjax traces`)")
     w.add_argument("--rate-factor", type=number(float, 0.0, 1e3, lo_open=True), default=1.0,
@@ -124,8 +131,11 @@ def _org(name: str, args) -> orgs.OrgKnobs:
 def _workload(args) -> tuple[rq.RequestsConfig, rq.RequestKnobs, rq.TraceInputs | None, int, int]:
     """The request stream: (config, knobs, trace inputs, slots, warm-up requests)."""
     lengths = dict(prompt=rq.LengthKnobs.make(args.prompt), output=rq.LengthKnobs.make(args.output))
-    if args.rate is not None and args.trace is not None:
-        raise ConfigError("--rate and --trace: give one (a trace brings its own arrivals)")
+    given = [f for f, v in (("--rate", args.rate), ("--load", args.load), ("--trace", args.trace)) if v is not None]
+    if len(given) > 1:
+        raise ConfigError(f"{' and '.join(given)}: give one (each sets the arrivals)")
+    if args.load is not None:  # the rate is set once the reference's backlogged throughput is known
+        args = argparse.Namespace(**{**vars(args), "rate": 1.0})
     if args.rate is None and args.trace is None:
         config = rq.RequestsConfig(requests=args.batch, arrivals="batch")
         return config, rq.RequestKnobs.make(batch=args.batch, **lengths), None, args.slots or args.batch, 0
@@ -188,6 +198,15 @@ def run(args) -> int:
         raise ConfigError("--profile-table: applies to the HBF organisations only, not to --system " + " ".join(cpu_names))
     slo = None if args.slo_ttft_s is None and args.slo_tpot_ms is None else metrics.Slo(args.slo_ttft_s, args.slo_tpot_ms)
     online = config.requests.arrivals != "batch"
+    load_header = {}
+    if args.load is not None:
+        ref = system.ServeKnobs.make(_org(args.load_reference, args), gpu, batcher, request_knobs)
+        mean, ci = load.backlogged_rate_per_s(ref, config, args.streams, args.seed, warmup, args.requests - warmup)
+        rate = load.rate_for_load(args.load, mean)
+        request_knobs = dataclasses.replace(request_knobs, rate_per_s=jnp.float32(rate))
+        load_header = {"load": args.load, "load_reference": args.load_reference,
+                       "reference_backlogged_requests_per_s": mean, "ci95_reference_backlogged_requests_per_s": ci,
+                       "offered_rate_per_s": rate}
     by_name = {}
     org_names = [n for n in args.system if n not in CPU_SYSTEMS]
     run_kw = dict(inputs=inputs, chunk_streams=args.chunk_streams, progress=args.chunk_streams is not None)
@@ -215,7 +234,7 @@ def run(args) -> int:
             by_name[name] = _report(o, None, warmup, online, slo)
     results = [{"system": name, **by_name[name]} for name in args.system]
     header = {"model": args.model, "gpu": args.gpu, "streams": args.streams, "seed": args.seed,
-              "lookahead_effective": bool(args.lookahead and model.lookahead_capable)}
+              "lookahead_effective": bool(args.lookahead and model.lookahead_capable), **load_header}
     if not model.lookahead_capable and args.lookahead:
         header["note"] = f"{args.model}'s router has an expert-specific bias: lookahead is off (DASH §V-C)"
     if len(results) == 1:
