@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hbfjax import batch
+from hbfjax.memory import delivery
 from hbfjax.memory import organisations as orgs
 from hbfjax.serve import layer_time, metrics, system
 from hbfjax.serve.state import BatcherConfig, BatcherKnobs
@@ -175,6 +176,14 @@ def run_points(model_name: str, points: list[Point], streams: int, seed: int, *,
             row.update(decode_breakdown(p, kn, config))
         rows.append(row)
     return rows
+
+
+def expert_cap_ratio(baseline: str = "relay-only") -> float:
+    """DASH's expert-delivery rate cap over a single-path baseline's, both at DASH's values:
+    min(Direct + Relay, HBF arrays, SRAM fill) / the baseline's path (``delivery.rates``)."""
+    d, b = delivery.rates(orgs.dash()), delivery.rates(orgs.organisation(baseline))
+    path = b.relay_gbps if baseline == "relay-only" else b.direct_gbps
+    return float(min(d.direct_gbps + d.relay_gbps, d.array_gbps, d.sram_gbps) / path)
 
 
 # --- ratios ----------------------------------------------------------------------------------------
