@@ -42,7 +42,6 @@ from hbfjax.workload import requests as rq
 # DASH §VI-A: "Five are evaluated in the main sweeps" (Fig. 9), DeepSeek-V2 only in the lookahead study (§VI-D)
 FIG9_MODELS = ("qwen3-235b-a22b", "mixtral-8x22b", "grok-1", "llama4-maverick", "deepseek-v3")
 ORGANISATIONS = ("dash", "compact-dash", "relay-only", "direct-only")  # DASH §VI-A Fig. 8
-BASELINES = ("relay-only", "direct-only")
 GPU = "h100-pcie"  # DASH §VI-A: operators profiled on an H100 PCIe 80 GB
 CHUNK_TOKENS = 512  # DASH §VI-E
 TOKEN_BUDGET = 8192  # DASH §VI-E
@@ -80,7 +79,7 @@ class Point:
 
 
 def iterations_bound(p: Point) -> int:
-    """At least the iterations a fixed batch takes: its B·⌈L_in/chunk⌉ prefill chunks at one per request
+    """An upper bound on the iterations a fixed batch takes: its B·⌈L_in/chunk⌉ prefill chunks, one per request
     per iteration, within the token budget less the B decode tokens reserved first (so at least
     min(B, (budget − B) // chunk) chunks an iteration), then L_out − 1 decode iterations after the last
     prompt completes (its first token comes with its last chunk)."""
@@ -99,6 +98,7 @@ def fixed_batch_config(model: models.ModelSpec, slots: int, max_iterations: int,
 
 
 def serve_knobs(p: Point) -> system.ServeKnobs:
+    """The point's organisation, the H100 PCIe, the DASH §VI-E batcher knobs and its fixed batch."""
     lengths = dict(prompt=rq.LengthKnobs.make(p.prompt), output=rq.LengthKnobs.make(p.output))
     return system.ServeKnobs.make(orgs.organisation(p.org, **dict(p.changes)), timing.GpuKnobs.make(GPU),
                                   BatcherKnobs.make(chunk_tokens=CHUNK_TOKENS, token_budget=TOKEN_BUDGET),
