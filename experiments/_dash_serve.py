@@ -33,7 +33,7 @@ import numpy as np
 from hbfjax import batch
 from hbfjax.memory import delivery
 from hbfjax.memory import organisations as orgs
-from hbfjax.serve import layer_time, metrics, system
+from hbfjax.serve import kv_tiers, layer_time, metrics, system
 from hbfjax.serve.state import BatcherConfig, BatcherKnobs
 from hbfjax.validate import ConfigError, require, require_int
 from hbfjax.workload import models, timing
@@ -105,19 +105,33 @@ def serve_knobs(p: Point) -> system.ServeKnobs:
                                   rq.RequestKnobs.make(batch=p.batch, **lengths))
 
 
+def decode_kv_hbm_share(p: Point, knobs: system.ServeKnobs, config: system.ServeConfig) -> float:
+    """HBM share of the KV that a mid-decode token's attention reads (after L_out // 2 decode tokens):
+    each kind's tokens in HBM when its placement row is at least half HBM (``kv_tiers``), the HBM total
+    capped by the HBM KV budget (writeback moves the rest to HBF)."""
+    place = np.asarray(knobs.org.place)
+    in_hbm = [float(place[kind, orgs.HBM] >= 0.5) for kind in (orgs.PREFILL_KV, orgs.DECODE_KV)]
+    decoded = p.output // 2
+    budget = int(kv_tiers.capacity_tokens(knobs.org, config.model, knobs.hbm_kv_budget_bytes).hbm_budget_tokens)
+    hbm = min(p.batch * (p.prompt * in_hbm[0] + decoded * in_hbm[1]), budget)
+    return hbm / (p.batch * (p.prompt + decoded))
+
+
 def decode_breakdown(p: Point, knobs: system.ServeKnobs, config: system.ServeConfig) -> dict:
     """Where one decode iteration's time goes (``layer_time.layer_times`` through ``system.pass_times``):
-    B decode tokens at the mid-decode context L_in + L_out / 2, routed on draw 0 of stream 0. Shares of
-    the iteration in the routed experts and in attention, and the experts' delivery and compute time."""
+    B decode tokens at the mid-decode context L_in + L_out // 2 with :func:`decode_kv_hbm_share` of
+    their KV in HBM, routed on draw 0 of stream 0. Shares of the iteration in the routed experts and in
+    attention, and the experts' delivery and compute time."""
     slots = config.batcher.slots
     context = np.where(np.arange(slots) < p.batch, p.prompt + p.output // 2, 1)
     b = timing.Batch.make(decode_context=context, decode_mask=np.arange(slots) < p.batch,
                           chunk_tokens=np.ones(slots, np.int32), chunk_mask=np.zeros(slots, bool))
-    t = _pass_times(b, knobs, config)
+    share = decode_kv_hbm_share(p, knobs, config)
+    t = _PASS_TIMES((jnp.uint32(0), jnp.int32(0)), b, jnp.int32(0), knobs, config, jnp.float32(share))
     total = float(t.iteration_us)
     experts = layer_time.OPS.index("experts")
     attention = [layer_time.OPS.index(op) for op in ("attention_decode", "attention_prefill")]
-    return {"decode_iteration_ms": total * 1e-3,
+    return {"decode_iteration_ms": total * 1e-3, "decode_kv_hbm_share": share,
             "decode_expert_share": float(np.sum(t.op_us[:, experts])) / total,
             "decode_attention_share": float(np.sum(np.asarray(t.op_us)[:, attention])) / total,
             "decode_expert_delivery_ms": float(np.sum(t.delivery_us[:, experts])) * 1e-3,
@@ -127,16 +141,9 @@ def decode_breakdown(p: Point, knobs: system.ServeKnobs, config: system.ServeCon
 _PASS_TIMES = jax.jit(system.pass_times, static_argnums=4)
 
 
-def _pass_times(b: timing.Batch, knobs: system.ServeKnobs, config: system.ServeConfig) -> layer_time.LayerTimes:
-    return _PASS_TIMES((jnp.uint32(0), jnp.int32(0)), b, jnp.int32(0), knobs, config)
-
-
 def _totals(o) -> dict:
-    """The engine's per-stream totals (``ServeOutput.totals``) as means, where the engine has them."""
-    totals = getattr(o, "totals", None)
-    if totals is None:
-        return {}
-    return {f"{k}_mean": float(np.mean(v)) for k, v in totals._asdict().items()}
+    """The engine's per-stream totals (``ServeOutput.totals``) as means across streams."""
+    return {f"{k}_mean": float(np.mean(v)) for k, v in o.totals._asdict().items()}
 
 
 def run_points(model_name: str, points: list[Point], streams: int, seed: int, *, breakdown: bool = True,
