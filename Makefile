@@ -24,8 +24,9 @@ install: $(STAMP)
 figures: $(STAMP)
 	$(PY) -m experiments --streams $(STREAMS) --out figures
 
+# two worker processes: the suite is mostly XLA compilation, one core each (pytest-xdist, see README)
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2
 
 traces: $(STAMP)
 	$(PY) -m hbfjax traces fetch

@@ -125,7 +125,7 @@ def test_drawing_distinct_counts_matches_drawing_every_token_in_distribution():
     e2e = {}
     for draw in ("counts", "tokens"):
         cfg = dataclasses.replace(CONFIG, routing_draw=draw)
-        out = hb.run(system.simulate, 256, 11, _knobs(orgs.dash()), cfg)
+        out = hb.run(system.simulate, 128, 11, _knobs(orgs.dash()), cfg)
         e2e[draw] = np.asarray(clock.to_us(out.finish), np.float64).mean(axis=1)
     a, b = e2e["counts"], e2e["tokens"]
     se = np.sqrt(a.var(ddof=1) / a.size + b.var(ddof=1) / b.size)
