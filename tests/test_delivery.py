@@ -271,3 +271,19 @@ def test_needed_masks_of_several_layers_give_one_delivery_per_layer():
     assert out.delivery_us.shape == (3,)
     for layer, count in enumerate((8, 4, 0)):
         assert float(out.delivery_us[layer]) == pytest.approx(deliver(count, 4e6, tiny()).delivery_us, rel=1e-6)
+
+
+def test_the_lookup_table_equals_the_split_search_for_every_count_and_window():
+    """expert_delivery_lookup from one expert_delivery_table (tR hidden) = expert_delivery itself, field by
+    field, for 0 … E needed experts, on the four DASH organisations, shared and per-path arrays, lookahead on
+    and off, and windows that hide none, part or all of tR."""
+    n = jnp.arange(129, dtype=jnp.float32)
+    for name in o.ORGANISATIONS:
+        for changes in ({}, {"shared_array_rate": 0}, {"lookahead": 0}, {"t_read_us": 32.0}):
+            org = o.organisation(name, **changes)
+            table = d.expert_delivery_table(128, 37.7e6, org)
+            for window in (0.0, 1.5, 1e9):
+                want = d.expert_delivery(n, 37.7e6, org, window_us=window)
+                got = d.expert_delivery_lookup(table, n, org, window_us=window)
+                for field, a, b in zip(want._fields, want, got):
+                    np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=2e-7, err_msg=f"{name} {changes} {field}")

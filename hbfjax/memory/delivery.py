@@ -23,6 +23,7 @@ may have been obtained).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import NamedTuple
 
@@ -231,6 +232,35 @@ def expert_delivery(needed, expert_bytes, knobs: OrgKnobs, window_us=math.inf) -
     return ExpertDelivery(direct_experts=k, relay_experts=n - k, direct_bytes=k * b, relay_bytes=(n - k) * b,
                           direct_us=t_d, relay_us=t_r, direct_startup_us=s_d, relay_startup_us=s_r,
                           delivery_us=total, slow_path=slow, limit=jnp.where(slow == 1, lim_r, lim_d))
+
+
+def expert_delivery_table(max_experts: int, expert_bytes, knobs: OrgKnobs) -> ExpertDelivery:
+    """:func:`expert_delivery` of 0 … ``max_experts`` needed experts (fields float32[max_experts + 1])
+    with tR fully hidden, for :func:`expert_delivery_lookup`. Built once per run (the organisation and
+    the expert size are fixed), it turns each layer's 16-candidate split search into one gather."""
+    hidden = dataclasses.replace(knobs, lookahead=jnp.float32(1.0))
+    return expert_delivery(jnp.arange(max_experts + 1, dtype=jnp.float32), expert_bytes, hidden, window_us=math.inf)
+
+
+def expert_delivery_lookup(table: ExpertDelivery, needed, knobs: OrgKnobs, window_us=math.inf) -> ExpertDelivery:
+    """:func:`expert_delivery` of ``needed`` (bool[..., E] or counts <= the table's size) from a
+    :func:`expert_delivery_table`: equal to it, because the exposed tR is added to every busy path's
+    time alike — ``max(T_Direct, T_Relay) = tR_exposed + max(T'_Direct, T'_Relay)`` for every split
+    with a busy path — so the best split does not depend on it; only the times and startups shift."""
+    n = _needed_count(needed).astype(jnp.int32)
+    got = jax.tree_util.tree_map(lambda a: a[n], table)
+    tr = knobs.t_read_us - knobs.lookahead * jnp.minimum(knobs.t_read_us, _f(window_us))
+    t_d = jnp.where(got.direct_bytes > 0, got.direct_us + tr, 0.0)
+    t_r = jnp.where(got.relay_bytes > 0, got.relay_us + tr, 0.0)
+    slow = (t_r > t_d).astype(jnp.int32)
+    r, shared = rates(knobs), knobs.shared_array_rate > 0.5
+    total_bytes = got.direct_bytes + got.relay_bytes
+    lim_d = _limit(got.direct_bytes, total_bytes, r.direct_gbps, r, shared)
+    lim_r = _limit(got.relay_bytes, total_bytes, r.relay_gbps, r, shared)
+    return got._replace(direct_us=t_d, relay_us=t_r,
+                        direct_startup_us=jnp.where(got.direct_bytes > 0, got.direct_startup_us + tr, 0.0),
+                        relay_startup_us=jnp.where(got.relay_bytes > 0, got.relay_startup_us + tr, 0.0),
+                        delivery_us=jnp.maximum(t_d, t_r), slow_path=slow, limit=jnp.where(slow == 1, lim_r, lim_d))
 
 
 # --- parallel HBM/HBF reads (DASH §V-B "Parallel HBM/HBF Read") ------------------------------------

@@ -107,13 +107,15 @@ def _operator_delivery(costs: timing.OpCosts, kv_share: jax.Array, org: OrgKnobs
 
 
 def layer_times(batch: timing.Batch, needed: jax.Array, rows: jax.Array, kv_hbm_fraction, gpu: timing.GpuKnobs,
-                org: OrgKnobs, config: timing.TimingConfig, table=None) -> LayerTimes:
+                org: OrgKnobs, config: timing.TimingConfig, table=None, delivery_table=None) -> LayerTimes:
     """Per-layer times of one iteration (module docstring). ``needed: bool[L_moe, E]`` and
     ``rows: int32[L_moe, E]`` are each MoE layer's routing (``hbfjax.workload.routing.route_layers``),
     in layer order (or, as count routing draws them, ``needed`` as int32[L_moe] counts and ``rows`` a
     ``timing.EvenRows``); ``kv_hbm_fraction`` is the share of the KV the attention reads that is held in HBM:
     one float32[] or a (decode attention, chunk attention) pair (:func:`kv_share_per_op`). ``table``:
-    measured curves (``profile_table.Curves``) or None for the roofline."""
+    measured curves (``profile_table.Curves``) or None for the roofline. ``delivery_table``: the
+    organisation's ``delivery.expert_delivery_table`` for this model's experts, built once per run (the
+    same delivery, one gather per layer instead of the split search)."""
     model = config.model
     kinds = np.array(model.layer_kinds)
     if not isinstance(rows, timing.EvenRows):
@@ -145,7 +147,10 @@ def layer_times(batch: timing.Batch, needed: jax.Array, rows: jax.Array, kv_hbm_
         window = moe_base_op[OPS.index("out_proj")] + moe_base_op[OPS.index("norms")] + \
             moe_base_op[OPS.index("router")]
         window = window if model.lookahead_capable else jnp.float32(0.0)
-        routed = delivery.expert_delivery(needed, expert_bytes(model), org, window_us=window)  # [L_moe]
+        if delivery_table is None:
+            routed = delivery.expert_delivery(needed, expert_bytes(model), org, window_us=window)  # [L_moe]
+        else:
+            routed = delivery.expert_delivery_lookup(delivery_table, needed, org, window_us=window)
         moe_delivery_l = jnp.broadcast_to(moe_delivery, (moe_index.size, len(OPS))).at[:, _EXPERTS].set(
             routed.delivery_us)
         moe_costs = timing.OpCosts(*(jnp.where(jnp.arange(len(OPS)) == _EXPERTS, e, b)

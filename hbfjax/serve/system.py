@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hbfjax.clock import Clock
+from hbfjax.memory import delivery
 from hbfjax.memory.organisations import OrgKnobs
 from hbfjax.serve import batching, kv_tiers, layer_time
 from hbfjax.serve.state import BatcherConfig, BatcherKnobs
@@ -202,12 +203,22 @@ def pass_routing(words: tuple, batch: timing.Batch, draw, knobs: ServeKnobs | ro
 
 
 def pass_times(words: tuple, batch: timing.Batch, draw, knobs: ServeKnobs, config: ServeConfig,
-               kv_hbm_fraction=0.0, table=None) -> layer_time.LayerTimes:
+               kv_hbm_fraction=0.0, table=None, delivery_table=None) -> layer_time.LayerTimes:
     """Per-layer times of one pass (:func:`pass_routing`), composed on the organisation with the HBM
     share of the attention's KV reads (one float32[] or a (decode, chunk) pair;
-    ``kv_tiers.read_shares``) and the GPU times of the roofline or of a measured ``table``."""
+    ``kv_tiers.read_shares``) and the GPU times of the roofline or of a measured ``table``
+    (``delivery_table``: :func:`delivery_table`, the same times faster)."""
     needed, rows = pass_routing(words, batch, draw, knobs, config)
-    return layer_time.layer_times(batch, needed, rows, kv_hbm_fraction, knobs.gpu, knobs.org, config.timing, table)
+    return layer_time.layer_times(batch, needed, rows, kv_hbm_fraction, knobs.gpu, knobs.org, config.timing, table,
+                                  delivery_table)
+
+
+def delivery_table(knobs: ServeKnobs, config: ServeConfig):
+    """The organisation's expert deliveries for 0 … E needed experts of this model (None for a dense
+    model): built once per run, looked up by every layer of every pass."""
+    if not config.model.is_moe:
+        return None
+    return delivery.expert_delivery_table(config.model.routed_experts, layer_time.expert_bytes(config.model), knobs.org)
 
 
 class PassResult(NamedTuple):
@@ -219,10 +230,11 @@ class PassResult(NamedTuple):
 
 
 def serve_pass(words: tuple, kv: kv_tiers.KvTiers, kv_tokens, batch: timing.Batch, draw, capacity: kv_tiers.Capacity,
-               knobs: ServeKnobs, config: ServeConfig, table=None) -> PassResult:
+               knobs: ServeKnobs, config: ServeConfig, table=None, experts=None) -> PassResult:
     """One GPU pass on the organisation (module docstring): read shares from the KV residency, layer
-    times, the pass's KV placed and written back, and the writes' exposed stall."""
-    times = pass_times(words, batch, draw, knobs, config, kv_tiers.read_shares(kv, kv_tokens, batch), table)
+    times, the pass's KV placed and written back, and the writes' exposed stall (``experts``: the run's
+    :func:`delivery_table`)."""
+    times = pass_times(words, batch, draw, knobs, config, kv_tiers.read_shares(kv, kv_tokens, batch), table, experts)
     new_kv, moves = kv_tiers.book(kv, kv_tokens, batch, knobs.org, capacity)
     writes = layer_time.kv_writes(times, moves.to_hbf_tokens, moves.writeback_tokens, knobs.org, config.model)
     work = batching.has_work(batch)
@@ -254,6 +266,7 @@ def mechanism(words: tuple, knobs: ServeKnobs, config: ServeConfig, table=None) 
     """The iteration of :func:`serve_pass` for each of its passes, with the KV residency and the
     compensated totals as the carry."""
     capacity = kv_tiers.capacity_tokens(knobs.org, config.model, knobs.hbm_kv_budget_bytes)
+    experts = delivery_table(knobs, config)
 
     def iteration(carry, st, batch, i):
         kv, sums, comp = carry
@@ -261,7 +274,8 @@ def mechanism(words: tuple, knobs: ServeKnobs, config: ServeConfig, table=None) 
         kv_tokens = st.slots.kv_tokens
         total_us = jnp.float32(0.0)
         for k, p in enumerate(batching.passes(batch, config.batcher.mode)):
-            r = serve_pass(words, kv, kv_tokens, p, 2 * jnp.asarray(i, jnp.int32) + k, capacity, knobs, config, table)
+            r = serve_pass(words, kv, kv_tokens, p, 2 * jnp.asarray(i, jnp.int32) + k, capacity, knobs, config, table,
+                           experts)
             kv, total_us = r.kv, total_us + r.pass_us
             sums, comp = _accumulate(sums, comp, r.totals)
             kv_tokens = kv_tokens + jnp.where(p.chunk_mask, p.chunk_tokens, 0) + p.decode_mask.astype(jnp.int32)
@@ -289,8 +303,6 @@ def totals_report(totals: Totals, org: OrgKnobs) -> dict:
     write volumes, exposed stall, KV occupancy, and utilisations — each path's or link's bytes over
     what it could carry in the busy time (expert Direct and Relay paths, HBM and HBF reads by their
     cuts, the writeback route), and HBF program time over the busy time."""
-    from hbfjax.memory import delivery  # noqa: PLC0415  (host-only use)
-
     t = {k: np.asarray(v, np.float64) for k, v in totals._asdict().items()}
     busy_us = np.maximum(t["busy_us"], 1e-30)
     r = delivery.rates(org)

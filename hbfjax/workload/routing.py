@@ -419,7 +419,7 @@ def distinct_count_draws(words: tuple, iteration, layers: jax.Array, tokens, con
     table = jnp.asarray(_distinct_cdf_table(config.routed_experts, config.top_k, config.max_tokens))
     cdf = table[jnp.clip(jnp.asarray(tokens, jnp.int32), 0, config.max_tokens)]  # f32[E + 1]
     u = rng.uniform01(rng.mix(*words, iteration, jnp.asarray(layers), Salt.ROUTE_COUNT))  # f32[L]
-    d = jnp.sum(cdf[None, :] <= u[:, None], axis=-1, dtype=jnp.int32)  # first CDF entry above u
+    d = jnp.searchsorted(cdf, u, side="right").astype(jnp.int32)  # entries <= u: the first CDF entry above u
     return jnp.minimum(d, config.routed_experts)
 
 
