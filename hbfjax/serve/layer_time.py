@@ -151,14 +151,14 @@ def layer_times(batch: timing.Batch, needed: jax.Array, rows: jax.Array, kv_hbm_
             routed = delivery.expert_delivery(needed, expert_bytes(model), org, window_us=window)  # [L_moe]
         else:
             routed = delivery.expert_delivery_lookup(delivery_table, needed, org, window_us=window)
-        moe_delivery_l = jnp.broadcast_to(moe_delivery, (moe_index.size, len(OPS))).at[:, _EXPERTS].set(
-            routed.delivery_us)
-        moe_costs = timing.OpCosts(*(jnp.where(jnp.arange(len(OPS)) == _EXPERTS, e, b)
-                                     for b, e in zip(base.moe, experts)))
-        moe_op = _op_us(moe_costs, moe_delivery_l, gpu, measured)
+        # only the experts column differs between MoE layers: cost it on [L_moe], the rest once
+        routed_costs = timing.OpCosts(*(f[..., _EXPERTS] for f in experts))  # fields float32[L_moe]
+        is_experts = jnp.arange(len(OPS)) == _EXPERTS
+        per_layer = lambda col, row: jnp.where(is_experts, col[:, None], row[None, :])  # noqa: E731  [L_moe, ops]
+        moe_op = per_layer(_op_us(routed_costs, routed.delivery_us, gpu, measured), moe_base_op)
         op_us = op_us.at[moe_index].set(moe_op)
-        delivery_us = delivery_us.at[moe_index].set(moe_delivery_l)
-        compute_us = compute_us.at[moe_index].set(moe_costs.compute_us)
+        delivery_us = delivery_us.at[moe_index].set(per_layer(routed.delivery_us, moe_delivery))
+        compute_us = compute_us.at[moe_index].set(per_layer(routed_costs.compute_us, base.moe.compute_us))
         direct = direct.at[moe_index].set(routed.direct_bytes)
         relay = relay.at[moe_index].set(routed.relay_bytes)
         slow_startup = jnp.where(routed.slow_path == 0, routed.direct_startup_us, routed.relay_startup_us)
