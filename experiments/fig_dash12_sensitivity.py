@@ -122,7 +122,7 @@ def run(ctx: Context) -> list[Comparison]:
 
 def _comparisons(ctx: Context, table: pd.DataFrame, output: int) -> list[Comparison]:
     shortened = "" if output == OUTPUT_PAPER else f"L_out = {output:,} (CPU size; an accelerator runs 1M); "
-    pending = "NaN until the engine reports ServeOutput.totals (KV writes, lead's merge); "
+    pending = "from ServeOutput.totals (the engine's per-layer KV-write windows); "
     def norm(name: str, v: float) -> float:
         r = table[(table[name] == v) & table.sweep.isin([name, "nominal"])]
         return float(r.e2e_norm.iloc[0]) if len(r) else math.nan

@@ -90,7 +90,7 @@ def run(ctx: Context) -> list[Comparison]:
     return [
         Comparison("DASH §VI-H", "HBF KV write rate R_HBF, measured (GB/s)", "not in the text we hold",
                    f"{row.r_hbf_measured_bytes_per_s / 1e9:.3f}",
-                   "(prefill_write_bytes + writeback_bytes) / run span; NaN until the engine reports totals"),
+                   "(prefill_write_bytes + writeback_bytes) / run span, from ServeOutput.totals"),
         Comparison("DASH §VI-H", "R_HBF expected: backlogged completions × 4,096-token prefill KV (GB/s)", "—",
                    f"{fmt_ci(row.completion_rate_per_s, row.ci95_completion_rate_per_s)} req/s × "
                    f"{row.prefill_kv_bytes_per_request / 1e6:.0f} MB = {row.r_hbf_expected_bytes_per_s / 1e9:.3f}",

@@ -103,8 +103,8 @@ def _comparisons(table: pd.DataFrame) -> list[Comparison]:
     on = table[table.kind == "online"]
     red = table[table.kind == "reduction"]
     experts_tb = models.preset(MODEL).expert_weight_bytes / 1e12
-    pending = ("the engine has no KV writes yet and reads all attention KV from HBF (kv_hbm_fraction stand-in); "
-               "the lead's KV tracking changes both")
+    pending = ("KV tracked per request (prefill KV in HBF, decode KV in HBM, writeback past the budget) with "
+               "write stalls; plane collisions of reads with programs are not modelled")
 
     def latency_note(ours_ms: float, paper_ms: float) -> str:
         return (f"ours ≈ {ours_ms / paper_ms:.2f}× the paper's. A Mixed pass of ≥ 16 tokens needs all 128 experts of "
