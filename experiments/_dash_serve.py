@@ -93,7 +93,7 @@ def fixed_batch_config(model: models.ModelSpec, slots: int, max_iterations: int,
     """A fixed batch of up to ``slots`` requests at t = 0 (hbfjax/commands/serve.py ``_config``)."""
     return system.ServeConfig(model=model, batcher=BatcherConfig(slots=slots, mode="mixed"),
                               requests=rq.RequestsConfig(requests=slots, arrivals="batch"),
-                              max_pass_tokens=min(TOKEN_BUDGET, slots + slots * CHUNK_TOKENS),
+                              max_pass_tokens=system.pass_token_bound(slots, CHUNK_TOKENS, TOKEN_BUDGET),
                               max_iterations=max_iterations, scan_chunk=scan_chunk)
 
 

@@ -31,7 +31,7 @@ def config(model: str, *, slots: int, requests: int, arrivals: str, mode: str = 
     draw = "counts" if routing_kind == "uniform" else "tokens"
     return system.ServeConfig(model=models.preset(model), batcher=BatcherConfig(slots=slots, mode=mode),
                               requests=rq.RequestsConfig(requests=requests, arrivals=arrivals),
-                              max_pass_tokens=min(TOKEN_BUDGET, slots + slots * CHUNK_TOKENS),
+                              max_pass_tokens=system.pass_token_bound(slots, CHUNK_TOKENS, TOKEN_BUDGET),
                               routing_kind=routing_kind, routing_draw=draw, max_iterations=max_iterations,
                               scan_chunk=scan_chunk)
 

@@ -47,7 +47,7 @@ def _setup(model, arrivals: str, n: int, rate: float, prompt: int, output: int, 
            max_iterations: int):
     config = system.ServeConfig(model=model, batcher=BatcherConfig(slots=32),
                                 requests=rq.RequestsConfig(requests=n, arrivals=arrivals),
-                                max_pass_tokens=min(budget, 32 * chunk) + 32, max_iterations=max_iterations)
+                                max_pass_tokens=system.pass_token_bound(32, chunk, budget), max_iterations=max_iterations)
     knobs = system.ServeKnobs.make(orgs.dash(), timing.GpuKnobs.make("h100-pcie"),
                                    BatcherKnobs.make(chunk_tokens=chunk, token_budget=budget),
                                    rq.RequestKnobs.make(rate_per_s=rate, batch=n, prompt=rq.LengthKnobs.make(prompt),

@@ -152,7 +152,7 @@ def _workload(args) -> tuple[rq.RequestsConfig, rq.RequestKnobs, rq.TraceInputs 
 
 def _config(args, model) -> tuple[system.ServeConfig, rq.RequestKnobs, rq.TraceInputs | None, int]:
     requests, knobs, inputs, slots, warmup = _workload(args)
-    pass_tokens = min(args.token_budget, slots + slots * args.chunk_tokens)
+    pass_tokens = system.pass_token_bound(slots, args.chunk_tokens, args.token_budget)
     serve = system.ServeConfig(model=model, batcher=BatcherConfig(slots=slots, mode=args.mode), requests=requests,
                                max_pass_tokens=pass_tokens, allow_roofline=args.allow_roofline)
     return serve, knobs, inputs, warmup

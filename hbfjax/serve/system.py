@@ -55,6 +55,12 @@ from hbfjax.workload.models import ModelSpec
 ROUTING_DRAWS = ("counts", "tokens")
 
 
+def pass_token_bound(slots: int, chunk_tokens: int, token_budget: int) -> int:
+    """The most tokens one pass can hold (``ServeConfig.max_pass_tokens``): a decode token per slot and a
+    chunk per slot, within the iteration token budget."""
+    return min(token_budget, slots + slots * chunk_tokens)
+
+
 @dataclass(frozen=True)
 class ServeConfig:
     """Static shape of a serving run: the model, the batcher, the request stream, the routing kind, and
@@ -262,10 +268,12 @@ def admission_capacity(capacity: kv_tiers.Capacity, batcher: BatcherKnobs) -> Ba
     return BatcherKnobs(chunk_tokens=batcher.chunk_tokens, token_budget=batcher.token_budget, kv_capacity_tokens=caps)
 
 
-def mechanism(words: tuple, knobs: ServeKnobs, config: ServeConfig, table=None) -> batching.Mechanism:
+def mechanism(words: tuple, knobs: ServeKnobs, config: ServeConfig, table=None,
+              capacity: kv_tiers.Capacity | None = None) -> batching.Mechanism:
     """The iteration of :func:`serve_pass` for each of its passes, with the KV residency and the
-    compensated totals as the carry."""
-    capacity = kv_tiers.capacity_tokens(knobs.org, config.model, knobs.hbm_kv_budget_bytes)
+    compensated totals as the carry (``capacity``: the organisation's, derived when None)."""
+    if capacity is None:
+        capacity = kv_tiers.capacity_tokens(knobs.org, config.model, knobs.hbm_kv_budget_bytes)
     experts = delivery_table(knobs, config)
 
     def iteration(carry, st, batch, i):
@@ -292,7 +300,7 @@ def simulate(stream_id, seed, knobs: ServeKnobs, inputs, config: ServeConfig) ->
     reqs = rq.generate(stream_id, seed, knobs.requests, trace, config.requests)
     capacity = kv_tiers.capacity_tokens(knobs.org, config.model, knobs.hbm_kv_budget_bytes)
     st, (_, totals, _) = batching.run(reqs, admission_capacity(capacity, knobs.batcher), config.batcher,
-                                      mechanism((seed, stream_id), knobs, config, table), config.max_iterations,
+                                      mechanism((seed, stream_id), knobs, config, table, capacity), config.max_iterations,
                                       config.scan_chunk)
     return ServeOutput(arrival=reqs.arrival, first_token=st.first_token, finish=st.finish, tokens_out=st.tokens_out,
                        valid=reqs.valid, iterations=st.iterations, overflow=st.overflow, totals=Totals(*totals))
