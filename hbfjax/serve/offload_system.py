@@ -235,19 +235,7 @@ def pass_times(words: tuple, batch: timing.Batch, draw, knobs: OffloadServeKnobs
                      iteration_us=total)
 
 
-class OffloadServeOutput(NamedTuple):
-    """One stream's run: per-request times (``Clock[R]``) and loop facts (as ``system.ServeOutput``)."""
-
-    arrival: object  # Clock[R]
-    first_token: object  # Clock[R]
-    finish: object  # Clock[R]
-    tokens_out: jax.Array  # int32[R]
-    valid: jax.Array  # bool[R]
-    iterations: jax.Array  # int32[] iterations with work
-    overflow: jax.Array  # bool[]
-
-
-def simulate(stream_id, seed, knobs: OffloadServeKnobs, inputs, config: system.ServeConfig) -> OffloadServeOutput:
+def simulate(stream_id, seed, knobs: OffloadServeKnobs, inputs, config: system.ServeConfig) -> system.ServeOutput:
     """Serve one stream's requests on a CPU-offloading system (the batch protocol; ``config`` is the
     serving configuration DASH runs with, ``inputs`` a trace's ``requests.TraceInputs`` or None)."""
     require(config.model.is_moe, "offload_system.simulate", "model", config.model.name, "must be a MoE model")
@@ -258,11 +246,11 @@ def simulate(stream_id, seed, knobs: OffloadServeKnobs, inputs, config: system.S
         return pass_times(words, batch, draw, knobs, config).iteration_us
 
     st = batching.rollout(reqs, knobs.batcher, config.batcher, pass_us, config.max_iterations, config.scan_chunk)
-    return OffloadServeOutput(arrival=reqs.arrival, first_token=st.first_token, finish=st.finish,
+    return system.ServeOutput(arrival=reqs.arrival, first_token=st.first_token, finish=st.finish,
                               tokens_out=st.tokens_out, valid=reqs.valid, iterations=st.iterations,
-                              overflow=st.overflow)
+                              overflow=st.overflow, totals=None)
 
 
-__all__ = ["SYSTEMS", "OffloadServeKnobs", "PassTimes", "OffloadServeOutput", "resident_experts", "pass_routing",
+__all__ = ["SYSTEMS", "OffloadServeKnobs", "PassTimes", "resident_experts", "pass_routing",
            "gpu_resident", "hypergeometric_cdf", "resident_needed", "expert_gpu_us", "expert_flops_per_row", "select",
            "pass_times", "simulate"]

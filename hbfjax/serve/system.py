@@ -175,7 +175,7 @@ class ServeOutput(NamedTuple):
     valid: jax.Array  # bool[R]
     iterations: jax.Array  # int32[] iterations with work
     overflow: jax.Array  # bool[] a request never fitted, or max_iterations ran out
-    totals: Totals  # float32[] each: the run's write, read and occupancy sums
+    totals: Totals | None  # float32[] each: the run's write, read and occupancy sums (None: not tracked, CPU systems)
 
 
 def pass_tokens(batch: timing.Batch) -> jax.Array:
