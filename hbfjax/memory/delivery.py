@@ -349,7 +349,8 @@ class PrefillWrite(NamedTuple):
 def _programmed_write(nbytes, route_gbps, knobs: OrgKnobs, window_us) -> PrefillWrite:
     """``nbytes`` sent at ``route_gbps`` into the HBF base-die SRAM and programmed there, one region per
     stack (at most a page wave) per tPROG: the two-stage flow shop of :func:`prefill_write`."""
-    nbytes, route = _f(nbytes), _f(route_gbps)
+    nbytes = _f(nbytes)
+    route = jnp.minimum(_f(route_gbps), knobs.hbf_stacks * knobs.hbf_write_gbps)  # programs cap the route
     chunk = knobs.hbf_stacks * jnp.minimum(knobs.parallel_units * knobs.page_bytes, knobs.hbf_sram_region_bytes)
     waves = jnp.ceil(nbytes / chunk)
     p = knobs.t_prog_us

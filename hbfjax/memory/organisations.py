@@ -71,14 +71,16 @@ class OrgKnobs:
     relay_fraction: jax.Array  # f32[] share of the needed experts sent over Relay when balanced_split = 0
     lookahead: jax.Array  # f32[] 1: early expert selection hides tR (DASH §V-C); 0: tR exposed
     shared_array_rate: jax.Array  # f32[] 1: Direct + Relay together <= the stack's array rate (physical); 0: per path
+    hbf_write_gbps: jax.Array  # f32[] programs per HBF stack (HBFlex §6.1: 27.2 GB/s); MAX_GBPS: only the route
 
     @classmethod
     def make(cls, *, gpu_hbm_gbps, direct_gbps, relay_gbps, hbm_stacks, hbf_stacks, hbm_capacity_bytes,
              hbm_bw_gbps, hbf_capacity_bytes, parallel_units, page_bytes, t_read_us, t_prog_us,
              hbf_sram_region_bytes, hbf_sram_regions=2, relay_sram_region_bytes=4 * MiB, relay_sram_regions=2,
              place=None, balanced_split=1.0, relay_fraction=0.5, lookahead=1.0,
-             shared_array_rate=1.0) -> "OrgKnobs":
-        """Validated knobs. Links are finite and >= 0; stacks, units and regions whole numbers >= 1;
+             shared_array_rate=1.0, hbf_write_gbps=MAX_GBPS) -> "OrgKnobs":
+        """Validated knobs. Links are finite and >= 0; HBM stacks a whole number >= 0 (0: an all-HBF
+        package, HBFlex, with no GPU–HBM or Relay link); HBF stacks, units and regions whole numbers >= 1;
         sizes and times > 0 with tPROG >= tR and pages a multiple of 512 B; ``place`` rows on the
         simplex (``None``: DASH's placement); flags 0 or 1; every tier a placed kind uses must be
         reachable (HBM through a GPU–HBM link, HBF through Direct or Relay), and a fixed split may
@@ -87,8 +89,13 @@ class OrgKnobs:
         for name, value in (("gpu_hbm_gbps", gpu_hbm_gbps), ("direct_gbps", direct_gbps),
                             ("relay_gbps", relay_gbps), ("hbm_bw_gbps", hbm_bw_gbps)):
             require_real(c, name, value, 0.0, MAX_GBPS)
+        require_real(c, "hbf_write_gbps", hbf_write_gbps, 0.0, MAX_GBPS, lo_open=True)
+        require_int(c, "hbm_stacks", hbm_stacks, 0, MAX_COUNT)
+        require(hbm_stacks > 0 or (gpu_hbm_gbps == 0 and relay_gbps == 0), c, "hbm_stacks", hbm_stacks,
+                f"0 HBM stacks leave no GPU–HBM or Relay link (gpu_hbm_gbps = {gpu_hbm_gbps}, "
+                f"relay_gbps = {relay_gbps}: must be 0)")
         require(hbm_bw_gbps > 0, c, "hbm_bw_gbps", hbm_bw_gbps, "must be > 0")
-        for name, value in (("hbm_stacks", hbm_stacks), ("hbf_stacks", hbf_stacks),
+        for name, value in (("hbf_stacks", hbf_stacks),
                             ("parallel_units", parallel_units), ("hbf_sram_regions", hbf_sram_regions),
                             ("relay_sram_regions", relay_sram_regions)):
             require_int(c, name, value, 1, MAX_COUNT)
@@ -135,7 +142,7 @@ class OrgKnobs:
                    hbf_sram_regions=f(hbf_sram_regions), relay_sram_region_bytes=f(relay_sram_region_bytes),
                    relay_sram_regions=f(relay_sram_regions), place=f(place), balanced_split=f(balanced_split),
                    relay_fraction=f(relay_fraction), lookahead=f(lookahead),
-                   shared_array_rate=f(shared_array_rate))
+                   shared_array_rate=f(shared_array_rate), hbf_write_gbps=f(hbf_write_gbps))
 
 
 def _check_place(owner: str, place: np.ndarray) -> None:

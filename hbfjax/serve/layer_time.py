@@ -96,18 +96,21 @@ def kv_share_per_op(kv_hbm_fraction) -> jax.Array:
     return jnp.broadcast_to(jnp.asarray(kv_hbm_fraction, jnp.float32), (len(OPS),))
 
 
-def _operator_delivery(costs: timing.OpCosts, kv_share: jax.Array, org: OrgKnobs) -> delivery.ParallelRead:
+def _operator_delivery(costs: timing.OpCosts, kv_share: jax.Array, org: OrgKnobs,
+                       kv_hbf_factor=1.0) -> delivery.ParallelRead:
     """Per operator (``[..., ops]``): weights placed by kind and KV split between the tiers by
-    ``kv_share`` (float32[ops]), read in parallel."""
+    ``kv_share`` (float32[ops]), read in parallel; the HBF share of the KV costs ``kv_hbf_factor`` times
+    its bytes (plane collisions: read-wave amplification, ``hbfjax.flash.reads.wave``)."""
     row = jnp.where(_EXPERT_KIND[:, None], org.place[EXPERT_WEIGHTS], org.place[DENSE_WEIGHTS])  # f32[ops, 3]
     w = costs.weight_bytes[..., None] * row
     kv = jnp.where(_ATTENTION, costs.kv_bytes, 0.0)
-    return delivery.parallel_read(w[..., 0] + kv * kv_share, w[..., 1] + kv * (1.0 - kv_share), org,
+    return delivery.parallel_read(w[..., 0] + kv * kv_share, w[..., 1] + kv * (1.0 - kv_share) * kv_hbf_factor, org,
                                   either_bytes=w[..., 2])
 
 
 def layer_times(batch: timing.Batch, needed: jax.Array, rows: jax.Array, kv_hbm_fraction, gpu: timing.GpuKnobs,
-                org: OrgKnobs, config: timing.TimingConfig, table=None, delivery_table=None) -> LayerTimes:
+                org: OrgKnobs, config: timing.TimingConfig, table=None, delivery_table=None,
+                kv_hbf_factor=1.0) -> LayerTimes:
     """Per-layer times of one iteration (module docstring). ``needed: bool[L_moe, E]`` and
     ``rows: int32[L_moe, E]`` are each MoE layer's routing (``hbfjax.workload.routing.route_layers``),
     in layer order (or, as count routing draws them, ``needed`` as int32[L_moe] counts and ``rows`` a
@@ -115,7 +118,9 @@ def layer_times(batch: timing.Batch, needed: jax.Array, rows: jax.Array, kv_hbm_
     one float32[] or a (decode attention, chunk attention) pair (:func:`kv_share_per_op`). ``table``:
     measured curves (``profile_table.Curves``) or None for the roofline. ``delivery_table``: the
     organisation's ``delivery.expert_delivery_table`` for this model's experts, built once per run (the
-    same delivery, one gather per layer instead of the split search)."""
+    same delivery, one gather per layer instead of the split search). ``kv_hbf_factor`` (float32[] >= 1)
+    multiplies the time of the HBF share of the attention's KV reads (read-wave amplification); the
+    bytes reported in ``hbf_read_bytes`` are then the amplified ones."""
     model = config.model
     kinds = np.array(model.layer_kinds)
     if not isinstance(rows, timing.EvenRows):
@@ -123,8 +128,8 @@ def layer_times(batch: timing.Batch, needed: jax.Array, rows: jax.Array, kv_hbm_
     measured = table is not None
     base = timing.step_costs(batch, jnp.zeros((max(model.routed_experts, 1),), jnp.int32), gpu, config, table)
     share = kv_share_per_op(kv_hbm_fraction)
-    dense_read = _operator_delivery(base.dense, share, org)
-    moe_read = _operator_delivery(base.moe, share, org)
+    dense_read = _operator_delivery(base.dense, share, org, kv_hbf_factor)
+    moe_read = _operator_delivery(base.moe, share, org, kv_hbf_factor)
     head_read = delivery.replicated_read(base.lm_head.weight_bytes, org, DENSE_WEIGHTS)
     dense_delivery, moe_delivery = dense_read.read_us, moe_read.read_us
     dense_op = _op_us(base.dense, dense_delivery, gpu, measured)

@@ -209,14 +209,15 @@ def pass_routing(words: tuple, batch: timing.Batch, draw, knobs: ServeKnobs | ro
 
 
 def pass_times(words: tuple, batch: timing.Batch, draw, knobs: ServeKnobs, config: ServeConfig,
-               kv_hbm_fraction=0.0, table=None, delivery_table=None) -> layer_time.LayerTimes:
+               kv_hbm_fraction=0.0, table=None, delivery_table=None, kv_hbf_factor=1.0) -> layer_time.LayerTimes:
     """Per-layer times of one pass (:func:`pass_routing`), composed on the organisation with the HBM
     share of the attention's KV reads (one float32[] or a (decode, chunk) pair;
     ``kv_tiers.read_shares``) and the GPU times of the roofline or of a measured ``table``
-    (``delivery_table``: :func:`delivery_table`, the same times faster)."""
+    (``delivery_table``: :func:`delivery_table`, the same times faster; ``kv_hbf_factor``: the HBF KV
+    reads' read-wave amplification, ``layer_time.layer_times``)."""
     needed, rows = pass_routing(words, batch, draw, knobs, config)
     return layer_time.layer_times(batch, needed, rows, kv_hbm_fraction, knobs.gpu, knobs.org, config.timing, table,
-                                  delivery_table)
+                                  delivery_table, kv_hbf_factor)
 
 
 def delivery_table(knobs: ServeKnobs, config: ServeConfig):
