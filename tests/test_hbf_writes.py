@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from _compiles import compilations
 
+from hbfjax import hardware
 from hbfjax.serve import hbf_writes as hw
 from hbfjax.serve.layer_time import OPS, LayerTimes
 from hbfjax.validate import ConfigError
@@ -81,6 +82,7 @@ def test_immediate_pages_split_tokens_over_requests():
     assert f(7, 3, 0) == 1 * math.ceil(3 * 48 / 128) + 2 * math.ceil(2 * 48 / 128)  # 3 + 2 + 2 tokens
     assert f(10, 3, 0) == 1 * 2 + 2 * 2  # 4 tokens = 192 B = 2 pages; 3 tokens = 144 B = 2 pages
     assert f(0, 0, 8) == 3  # 8 × 48 = 384 B = 3 pages, no decode
+    assert f(5, 0, 0) == 2  # tokens without a request are one program, not dropped: 240 B
     assert f(0, 0, 0) == 0
 
 
@@ -172,6 +174,28 @@ def test_prefetch_window_is_at_least_the_single_operator_window():
     assert np.all(np.asarray(on) >= np.asarray(off)) and np.any(np.asarray(on) > np.asarray(off))
 
 
+def test_deepseek_v4_pro_like_decode_pass_fig18():
+    # HBFlex Fig. 18 setting: 61 layers, 64 decode requests, 82 B/token/layer, the HBFlex package
+    # (3,072 planes, 4 KiB, tPROG 75 µs, 163.2 GB/s). Immediate: 64 one-page programs per layer, one
+    # round (their 256 KiB take 1.6 µs at 163.2 GB/s): 61 × 75 = 4,575 µs (the paper: 4.54 ms on average).
+    # Stripe (G = 32, 128 KiB) from empty: 61 × 64 × 82 B = 320,128 B fill 2 stripes, one round each: 150 µs.
+    # Window: every layer offers 80 µs of idle arrays (one round), so nothing stalls.
+    op = np.zeros((61, len(OPS)))
+    op[:, ATT_D] = 80.0
+    times = layer_times(op, np.zeros_like(op))
+    hbf = hardware.preset("hbflex").hbf
+    out = {}
+    for name, b, w in (("immediate", 0, 0), ("stripe", 1, 0), ("window", 1, 1)):
+        k = hw.WriteKnobs.for_package(hbf, sram_kv_budget_bytes=20e6, buffered=b, window_aware=w)
+        out[name] = PASS(hw.init_state(), times, jnp.int32(64), jnp.int32(0), jnp.int32(64), 82.0, k)
+    assert float(out["immediate"][1].stall_us.sum()) == pytest.approx(4575.0, rel=1e-6)
+    assert float(out["immediate"][1].programmed_pages) == 61 * 64
+    assert float(out["stripe"][1].stall_us.sum()) == pytest.approx(150.0, rel=1e-6)
+    assert float(out["stripe"][1].programmed_pages) == 64
+    assert float(out["stripe"][0].buffer_bytes) == pytest.approx(320128.0 - 2 * 32 * 4096, rel=1e-6)
+    assert float(out["window"][1].stall_us.sum()) == 0.0 and float(out["window"][1].programmed_pages) == 64
+
+
 # --- an independent plain-Python reference on random inputs -------------------------------------
 
 def reference(buf0, op, dl, dec, chunk, req, kv, k):
@@ -184,8 +208,9 @@ def reference(buf0, op, dl, dec, chunk, req, kv, k):
     buf, peak = buf0 / page, buf0 / page
     for w in windows:
         if not k["buffered"]:
-            q, r = divmod(dec, req) if req else (0, 0)
-            n = r * math.ceil((q + 1) * kv / page) + (req - r) * math.ceil(q * kv / page) + math.ceil(chunk * kv / page)
+            q, r = divmod(dec, max(req, 1))
+            n = r * math.ceil((q + 1) * kv / page) + (max(req, 1) - r) * math.ceil(q * kv / page) \
+                + math.ceil(chunk * kv / page)
             stall.append(prog(n)); pages += n; busy += rounds_us(n)  # noqa: E702
             continue
         buf += (dec + chunk) * kv / page

@@ -36,6 +36,15 @@ projection is the first operator that reads HBF, so its idle time cannot hold th
 KV, but one window per layer is the granularity of ``LayerTimes``); the buffer is one package-wide
 pool, not one per layer or plane group; the integrator adds ``stall_us`` to the layers' times.
 
+Ordering (tests/test_hbf_writes.py): stall(window) <= stall(stripe) <= stall(immediate) holds when G
+divides planes, the buffer starts below one stripe, the write bandwidth never binds (write_gbps >=
+planes × page / tPROG) and, for window <= stripe, planes = G with a budget >= G pages. It can fail
+otherwise: with planes > G two forced single-stripe programs in two layers (or passes) cost two
+rounds where stripe writes both stripes in one; with a binding bandwidth a stripe completed by one
+token takes longer than that token's single page. The HBFlex package sits just below the bandwidth
+condition (6 × 27.2 = 163.2 GB/s against 3,072 × 4 KiB / 75 µs = 167.8 GB/s: a full-width round
+takes 77.1 µs).
+
 Policies are traced 0/1 switches (``jnp.where`` on every branch), so an ablation compiles once. One
 pass of one stream; vmap at the top. Times float32 µs, counts float32 (exact below 2^24 pages a pass).
 """
@@ -149,11 +158,11 @@ def program_us(pages, knobs: WriteKnobs):
 def immediate_pages(new_decode_tokens, decode_requests, new_chunk_tokens, kv_bytes, page_bytes):
     """Page programs of one layer under immediate writeback: each request's tokens (spread as evenly
     as they go: r requests get q + 1, the rest q) as its own partial-page program, plus the chunk's."""
-    requests = jnp.maximum(decode_requests, 1)
+    requests = jnp.maximum(decode_requests, 1)  # tokens without a request: one program (none are dropped)
     q, r = new_decode_tokens // requests, new_decode_tokens % requests
     pages = lambda tokens: jnp.ceil(tokens.astype(jnp.float32) * kv_bytes / page_bytes)  # noqa: E731
-    n_q = jnp.where(decode_requests > 0, decode_requests - r, 0).astype(jnp.float32)
-    return r.astype(jnp.float32) * pages(q + 1) + n_q * pages(q) + pages(new_chunk_tokens)
+    return (r.astype(jnp.float32) * pages(q + 1) + (requests - r).astype(jnp.float32) * pages(q)
+            + pages(new_chunk_tokens))
 
 
 def pass_writes(state: WriteState, times: LayerTimes, new_decode_tokens, new_chunk_tokens, decode_requests,
