@@ -31,10 +31,11 @@ allocation, HBFlex §5.2), so ``n`` pages programmed at once take
   between them, HBFlex Fig. 13a), and the largest single operator's idle time without. Prefill chunks'
   compute makes long windows; decode-only passes short ones (HBFlex Fig. 9, 13b).
 
-Readings of the paper made here: the window of a layer is placed after its KV arrives (the QKV
-projection is the first operator that reads HBF, so its idle time cannot hold the layer's own new
-KV, but one window per layer is the granularity of ``LayerTimes``); the buffer is one package-wide
-pool, not one per layer or plane group; the integrator adds ``stall_us`` to the layers' times.
+Readings of the paper made here: a layer's window is placed after its new KV arrives, although
+the QKV projection's own idle time (counted in the window) physically precedes it, a small optimism
+at the operator granularity of ``LayerTimes``; the buffer is one package-wide pool, not one per layer
+or plane group; programs of the window policy touch no reads (their planes are idle by definition of
+the window); the integrator adds ``stall_us`` to the layers' times.
 
 Ordering (tests/test_hbf_writes.py): stall(window) <= stall(stripe) <= stall(immediate) holds when G
 divides planes, the buffer starts below one stripe, the write bandwidth never binds (write_gbps >=
