@@ -1,0 +1,202 @@
+"""New KV programmed into an all-HBF package during one serving pass: immediate, stripe and
+window-aware writeback (HBFlex §3.2, §5.3, Fig. 8, 9, 13, 18; DESIGN.md §4 "Program/read interference").
+
+Every pass each layer produces new KV: one token per running decode request and the prefill chunk's
+tokens, ``kv_bytes_per_token_layer`` bytes each, at its QKV projection. A program occupies its plane
+for tPROG and cannot be preempted; the layer's next HBF read (attention's KV read right after the QKV
+projection, then the next layer's weights) touches every plane, so a program issued on the critical
+path stalls the pass until it ends. Pages go to distinct planes in parallel (plane-balanced
+allocation, HBFlex §5.2), so ``n`` pages programmed at once take
+
+    program_us(n) = max(ceil(n / planes) × tPROG, n × page_bytes / write_gbps)
+
+(a program writes a whole page; the package program bandwidth bounds the batch too). Per layer l:
+
+* immediate (``buffered = 0``): each decode request's new KV is its own program, ceil(its bytes /
+  page) pages, and the chunk's KV ceil(tokens × bytes / page) pages (HBFlex §3.2: "writing these
+  updates immediately underutilizes plane parallelism"); the layer stalls program_us(pages). For
+  DeepSeek-V4-Pro (61 layers, 64 requests, 82 B/token/layer) that is one tPROG per layer, ≈ 4.6 ms
+  a pass (HBFlex Fig. 18: 4.54 ms).
+* stripe (``buffered = 1, window_aware = 0``): new KV accumulates; every whole stripe of G pages is
+  programmed at once (``writeback.kv_programs("stripe")``), the layer stalls program_us(stripes × G);
+  the remainder (< G pages) stays buffered.
+* window (``buffered = 1, window_aware = 1``; HBFlex §5.3): new KV enters the SRAM buffer; if it
+  would exceed ``sram_kv_budget_bytes`` the excess, rounded up to whole stripes, is programmed at once
+  (a forced writeback, ``writeback.kv_programs("window")``: HBFlex "forces writeback and temporarily
+  stalls decoding"), stalling program_us(forced pages). Then the layer's read-free window drains the
+  buffer (``writeback.window_drain``): floor(window / tPROG) rounds of up to ``planes`` pages, whole
+  stripes only, and no more than window × write_gbps bytes, so the drain never stalls. The window is
+  the time the layer's HBF arrays sit idle while the GPU computes, Σ_o max(op_us − delivery_us, 0)
+  over its operators with weight prefetch (consecutive operators run back to back with no weight read
+  between them, HBFlex Fig. 13a), and the largest single operator's idle time without. Prefill chunks'
+  compute makes long windows; decode-only passes short ones (HBFlex Fig. 9, 13b).
+
+Readings of the paper made here: a layer's window is placed after its new KV arrives, although
+the QKV projection's own idle time (counted in the window) physically precedes it, a small optimism
+at the operator granularity of ``LayerTimes``; the buffer is one package-wide pool, not one per layer
+or plane group; programs of the window policy touch no reads (their planes are idle by definition of
+the window); the integrator adds ``stall_us`` to the layers' times.
+
+Ordering (tests/test_hbf_writes.py): stall(window) <= stall(stripe) <= stall(immediate) holds when G
+divides planes, the buffer starts below one stripe, the write bandwidth never binds (write_gbps >=
+planes × page / tPROG) and, for window <= stripe, planes = G with a budget >= G pages. It can fail
+otherwise: with planes > G two forced single-stripe programs in two layers (or passes) cost two
+rounds where stripe writes both stripes in one; with a binding bandwidth a stripe completed by one
+token takes longer than that token's single page. The HBFlex package sits just below the bandwidth
+condition (6 × 27.2 = 163.2 GB/s against 3,072 × 4 KiB / 75 µs = 167.8 GB/s: a full-width round
+takes 77.1 µs).
+
+Policies are traced 0/1 switches (``jnp.where`` on every branch), so an ablation compiles once. One
+pass of one stream; vmap at the top. Times float32 µs, counts float32 (exact below 2^24 pages a pass).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from hbfjax.flash.programs.writeback import MAX_US, kv_programs, window_drain
+from hbfjax.hardware import HbfSpec
+from hbfjax.serve.layer_time import LayerTimes
+from hbfjax.validate import INT32_MAX, require, require_int, require_real
+
+_SWITCHES = ("buffered", "window_aware", "prefetch")
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class WriteKnobs:
+    """Traced writeback knobs (scalars; stack a leading axis to sweep)."""
+
+    buffered: jax.Array  # f32[] 0: immediate (HBFlex §3.2, naive HBF); 1: buffered (stripe or window)
+    window_aware: jax.Array  # f32[] with buffered: 0 stripe; 1 window (HBFlex §5.3)
+    prefetch: jax.Array  # f32[] 1: a layer's idle array time is one window (HBFlex Fig. 13a); 0: one operator's
+    stripe_pages: jax.Array  # f32[] G: pages programmed together, one per plane of a plane group
+    planes: jax.Array  # f32[] planes that program in parallel
+    page_bytes: jax.Array  # f32[] bytes of one HBF page
+    t_prog_us: jax.Array  # f32[] page program latency tPROG
+    write_gbps: jax.Array  # f32[] package program bandwidth (HBFlex §6.1: 6 × 27.2 GB/s)
+    sram_kv_budget_bytes: jax.Array  # f32[] SRAM left for buffered KV (window policy)
+
+    @classmethod
+    def make(cls, *, sram_kv_budget_bytes, buffered=1.0, window_aware=1.0, prefetch=1.0, stripe_pages=32,
+             planes=3072, page_bytes=4096, t_prog_us=75.0, write_gbps=6 * 27.2) -> "WriteKnobs":
+        """Validated knobs (defaults: the HBFlex package, §6.1): switches 0 or 1, 1 <= G <= planes
+        whole pages, times and rates finite and > 0, the SRAM budget in [0, 2^31) bytes."""
+        c = cls.__name__
+        for name, value in zip(_SWITCHES, (buffered, window_aware, prefetch)):
+            require(value in (0, 1), c, name, value, "must be 0 or 1")
+        planes = require_int(c, "planes", planes, 1, 2**24)
+        require_int(c, "stripe_pages", stripe_pages, 1, planes)
+        require_int(c, "page_bytes", page_bytes, 1)
+        require_real(c, "t_prog_us", t_prog_us, 0.0, MAX_US, lo_open=True)
+        require_real(c, "write_gbps", write_gbps, 0.0, 1e6, lo_open=True)
+        require_real(c, "sram_kv_budget_bytes", sram_kv_budget_bytes, 0.0, INT32_MAX)
+        f = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
+        return cls(buffered=f(buffered), window_aware=f(window_aware), prefetch=f(prefetch),
+                   stripe_pages=f(stripe_pages), planes=f(planes), page_bytes=f(page_bytes), t_prog_us=f(t_prog_us),
+                   write_gbps=f(write_gbps), sram_kv_budget_bytes=f(sram_kv_budget_bytes))
+
+    @classmethod
+    def for_package(cls, hbf: HbfSpec, *, sram_kv_budget_bytes, stripe_pages=32, **switches) -> "WriteKnobs":
+        """Knobs of a package preset: its planes, page, tPROG and write bandwidth (``HbfSpec.write_bw_gbps``)."""
+        return cls.make(sram_kv_budget_bytes=sram_kv_budget_bytes, stripe_pages=stripe_pages, planes=hbf.planes,
+                        page_bytes=hbf.page_bytes, t_prog_us=hbf.t_prog_us, write_gbps=hbf.write_bw_gbps, **switches)
+
+
+class WriteState(NamedTuple):
+    """Carried from pass to pass (one stream)."""
+
+    buffer_bytes: jax.Array  # f32[] KV waiting in SRAM (stripe, window)
+
+
+class PassWrites(NamedTuple):
+    """What one pass's KV writes cost (one stream)."""
+
+    stall_us: jax.Array  # f32[L] per layer: programs on the critical path
+    programmed_pages: jax.Array  # f32[] page programs issued (a partial page counts one)
+    program_busy_us: jax.Array  # f32[] Σ over program batches of rounds × tPROG (plane occupancy)
+    forced_writebacks: jax.Array  # f32[] layers whose KV overflowed the SRAM budget (window)
+    buffer_peak_bytes: jax.Array  # f32[] buffer peak once each layer's at-arrival programs are issued
+    window_us: jax.Array  # f32[L] each layer's read-free window (whatever the policy)
+
+
+class _FlashView(NamedTuple):
+    """The ``writeback.FlashKnobs`` fields that ``kv_programs`` and ``window_drain`` read."""
+
+    t_prog_us: jax.Array
+    page_bytes: jax.Array
+    planes_per_slot: jax.Array  # all planes as one slot: window_drain(..., plane_slots=1)
+    stripe_pages: jax.Array
+    buffer_capacity_pages: jax.Array
+
+
+def init_state() -> WriteState:
+    return WriteState(buffer_bytes=jnp.float32(0.0))
+
+
+def window_us(times: LayerTimes, prefetch) -> jax.Array:
+    """f32[L]: each layer's idle array time, summed over its operators with prefetch, else the
+    largest single operator's (HBFlex Fig. 13a)."""
+    idle = jnp.maximum(times.op_us - times.delivery_us, 0.0)  # f32[L, ops]
+    return jnp.where(prefetch > 0.5, idle.sum(axis=-1), idle.max(axis=-1))
+
+
+def program_rounds(pages, knobs: WriteKnobs):
+    """Sequential program rounds of ``pages`` spread over distinct planes."""
+    return jnp.ceil(pages / knobs.planes)
+
+
+def program_us(pages, knobs: WriteKnobs):
+    """Time to program ``pages`` at once: their rounds of tPROG, no faster than the write bandwidth."""
+    return jnp.maximum(program_rounds(pages, knobs) * knobs.t_prog_us,
+                       pages * knobs.page_bytes * 1e-3 / knobs.write_gbps)
+
+
+def immediate_pages(new_decode_tokens, decode_requests, new_chunk_tokens, kv_bytes, page_bytes):
+    """Page programs of one layer under immediate writeback: each request's tokens (spread as evenly
+    as they go: r requests get q + 1, the rest q) as its own partial-page program, plus the chunk's."""
+    requests = jnp.maximum(decode_requests, 1)  # tokens without a request: one program (none are dropped)
+    q, r = new_decode_tokens // requests, new_decode_tokens % requests
+    pages = lambda tokens: jnp.ceil(tokens.astype(jnp.float32) * kv_bytes / page_bytes)  # noqa: E731
+    return (r.astype(jnp.float32) * pages(q + 1) + (requests - r).astype(jnp.float32) * pages(q)
+            + pages(new_chunk_tokens))
+
+
+def pass_writes(state: WriteState, times: LayerTimes, new_decode_tokens, new_chunk_tokens, decode_requests,
+                kv_bytes_per_token_layer, knobs: WriteKnobs) -> tuple[WriteState, PassWrites]:
+    """One pass's KV writes (module docstring). ``new_decode_tokens``, ``new_chunk_tokens``,
+    ``decode_requests``: int32[] (each decode request gains its share of ``new_decode_tokens``: one
+    each in plain decoding); ``kv_bytes_per_token_layer``: float or f32[]."""
+    kv = jnp.asarray(kv_bytes_per_token_layer, jnp.float32)
+    dec = jnp.asarray(new_decode_tokens, jnp.int32)
+    chunk = jnp.asarray(new_chunk_tokens, jnp.int32)
+    page = knobs.page_bytes
+    view = _FlashView(t_prog_us=knobs.t_prog_us, page_bytes=page, planes_per_slot=knobs.planes,
+                      stripe_pages=knobs.stripe_pages, buffer_capacity_pages=knobs.sram_kv_budget_bytes / page)
+    imm = immediate_pages(dec, jnp.asarray(decode_requests, jnp.int32), chunk, kv, page)
+    dec_f, chunk_f = dec.astype(jnp.float32), chunk.astype(jnp.float32)
+    buffered = knobs.buffered > 0.5
+    window = buffered & (knobs.window_aware > 0.5)
+    windows = window_us(times, knobs.prefetch)  # f32[L]
+
+    def layer(buf, window_l):  # buf: f32[] buffered pages
+        after_stripe, stripe_n, _, _ = kv_programs("stripe", buf, dec_f, chunk_f, kv, view)
+        after_forced, forced_n, _, forced = kv_programs("window", buf, dec_f, chunk_f, kv, view)
+        bw_pages = window_l * knobs.write_gbps * 1e3 / page
+        drained = jnp.where(window, window_drain(jnp.minimum(after_forced, bw_pages), window_l, view, 1), 0.0)
+        exposed = jnp.where(buffered, jnp.where(window, forced_n, stripe_n), imm)  # pages at the KV point
+        resident = jnp.where(buffered, jnp.where(window, after_forced, after_stripe), buf)
+        stall = jnp.where(exposed > 0, program_us(exposed, knobs), 0.0)
+        busy = (program_rounds(exposed, knobs) + program_rounds(drained, knobs)) * knobs.t_prog_us
+        return resident - drained, (stall, exposed + drained, busy, window & (forced > 0), resident)
+
+    buf0 = state.buffer_bytes / page
+    buf_end, (stall, pages, busy, forced, resident) = jax.lax.scan(layer, buf0, windows)
+    out = PassWrites(stall_us=stall, programmed_pages=pages.sum(), program_busy_us=busy.sum(),
+                     forced_writebacks=forced.sum().astype(jnp.float32),
+                     buffer_peak_bytes=jnp.maximum(resident.max(), buf0) * page, window_us=windows)
+    return WriteState(buffer_bytes=buf_end * page), out
