@@ -199,6 +199,35 @@ def test_knob_values_do_not_recompile_and_jit_equals_eager():
                     assert np.asarray(value) == pytest.approx(getattr(batched, key)[s]), key
 
 
+def test_greedy_group_counts_hand_case_and_depth_fallback():
+    # window counts [3, 1, 2, 0], S = 4: rank 0 takes groups 0, 1, 2 (T(1) = 3), one rank-1 pick is left
+    # (T(2) = 5 ≥ 4): groups 0 and 2 have a rank-1 candidate, the first (group 0) is taken and is partial
+    per_group, partial, fits = w._greedy_group_counts(jnp.array([3, 1, 2, 0], jnp.int32), jnp.int32(4))
+    assert per_group.tolist() == [2, 1, 1, 0] and int(partial) == 0 and bool(fits)
+    per_group, partial, fits = w._greedy_group_counts(jnp.array([1, 1, 1, 0], jnp.int32), jnp.int32(3))
+    assert per_group.tolist() == [1, 1, 1, 0] and int(partial) == 2 and bool(fits)
+    empty, _, fits = w._greedy_group_counts(jnp.zeros(4, jnp.int32), jnp.int32(0))
+    assert empty.tolist() == [0, 0, 0, 0] and bool(fits)
+    # 140 candidates all in group 0 and 70 stripes: rank 69 > LEVELS, the caller reads in order
+    _, _, fits = w._greedy_group_counts(jnp.array([140, 0], jnp.int32), jnp.int32(70))
+    assert not bool(fits)
+
+
+def test_hot_plane_offload_hand_case_and_deep_pile_fallback():
+    # k = round(0.25 × 8) = 2 planes cut to the third-highest load, 2: one page to SRAM
+    served, off = w.serve_hot_planes_from_sram(jnp.array([3, 2, 2, 1, 0, 0, 0, 0], jnp.int32), jnp.float32(0.25))
+    assert served.tolist() == [2, 2, 2, 1, 0, 0, 0, 0] and int(off) == 1
+    deep = jnp.array([w.LEVELS + 6, 1, 0, 0, 0, 0, 0, 0], jnp.int32)
+    served, off = w.serve_hot_planes_from_sram(deep, jnp.float32(0.25))
+    assert served.tolist() == deep.tolist() and int(off) == 0
+
+
+@pytest.mark.parametrize("n", [1, 100, 3072])
+def test_prefix_sum_is_cumsum(n):
+    x = (np.arange(n) * 7919 % 5).astype(np.int32)
+    np.testing.assert_array_equal(np.asarray(w._prefix_sum(jnp.asarray(x))), np.cumsum(x))
+
+
 def test_bad_config_and_knobs_are_refused_with_the_field():
     for kwargs, field in [(dict(planes=0, max_group_size=1), "WaveConfig.planes"),
                           (dict(planes=64, max_group_size=65), "WaveConfig.max_group_size"),

@@ -182,17 +182,22 @@ def plane_load_sample(words: tuple, pages: jax.Array, knobs: WaveKnobs, config: 
     return full_load + ((plane_group == partial_group) & (lane < partial_pages))
 
 
+def serve_hot_planes_from_sram(loads: jax.Array, fraction: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``collide.offload_hot_planes`` with its cheap ``LEVELS``-bin histogram: (loads left [P], pages offloaded []).
+
+    A wave piling more than ``LEVELS`` pages on one plane (never drawn in practice: P(any plane above 64)
+    < 1e-80 for 3,072 random pages on 3,072 planes) is served without offload, pages conserved."""
+    fits = max_load(loads) <= LEVELS
+    cut, cut_pages = offload_hot_planes(jnp.where(fits, loads, 0), fraction, LEVELS)
+    return jnp.where(fits, cut, loads), jnp.where(fits, cut_pages, 0)
+
+
 def wave_sample(words: tuple, pages: jax.Array, knobs: WaveKnobs, config: WaveConfig) -> WaveSample:
     """One scheduling wave of ``pages`` (int32[], 0…P; clipped to it) KV pages (HBFlex §3.1, §5.2, §6.4).
 
     ``words`` identify the wave (e.g. ``(seed, stream, pass, layer)``) and seed every hash."""
     n = jnp.clip(jnp.asarray(pages, jnp.int32), 0, config.planes)
-    loads = plane_load_sample(words, n, knobs, config)
-    # offload reads a LEVELS-bin histogram of the loads; a wave piling more on one plane (never seen:
-    # P(any plane > 64 pages) < 1e-80 for 3,072 random pages) is served without offload
-    fits = max_load(loads) <= LEVELS
-    cut, cut_pages = offload_hot_planes(jnp.where(fits, loads, 0), knobs.offload_fraction, LEVELS)
-    served, offloaded = jnp.where(fits, cut, loads), jnp.where(fits, cut_pages, 0)
+    served, offloaded = serve_hot_planes_from_sram(plane_load_sample(words, n, knobs, config), knobs.offload_fraction)
     waves = max_load(served)
     ideal = ideal_waves(n - offloaded, config.planes)
     amplification = jnp.where(ideal > 0, waves.astype(jnp.float32) / jnp.maximum(ideal, 1).astype(jnp.float32), 1.0)
