@@ -51,6 +51,10 @@ class Salt(IntEnum):
     REQ_BOOT_START = 78  # bootstrap: gap before the m-th session starts
     # serve: the CPU-offloading systems (hbfjax.serve.offload_system); 81-89 reserved for them
     OFFLOAD_RESIDENT = 81  # resident experts among a layer's needed ones (hypergeometric, count routing)
+    # reads: one scheduling wave of an attention read (hbfjax.flash.reads.wave); 130-139 belong to it.
+    # Folded into the wave's words, so its stripe start planes (drawn with PLACE_RANDOM, like collide's
+    # random pages) never repeat another read's draws on the same words.
+    WAVE_STRIPE = 130
     # erase: GC victims and workloads (hbfjax.flash.erase.gc, gc_overwrite, kv_lifetimes)
     GC_RANDOM_VICTIM = 0x6C
     OVERWRITE_UNIFORM = 0x77
