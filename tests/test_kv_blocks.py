@@ -39,7 +39,7 @@ def test_one_gc_round_by_hand():
     for sess, pages in (([0, 1], [3, 1]), ([2, 1], [2, 2]), ([3, 2], [3, 1]), ([0, -1], [4, 0])):
         s, n = kb.write(s, jnp.array(sess, jnp.int32), BPP * jnp.array(pages, jnp.float32), _clock([0, 0]), knobs, cfg)
         assert int(n) == sum(pages)
-    tag = np.asarray(s.blocks.owner[:4]) % 4
+    tag = np.asarray(s.blocks.owner[:4])  # generation 0: tag = session
     np.testing.assert_array_equal(tag, [[0, 0, 0, 1], [2, 2, 1, 1], [3, 3, 3, 2], [0, 0, 0, 0]])
     s = kb.invalidate(s, jnp.array([True, True, False, False]), cfg)
     assert int(s.invalidated_pages) == 7 + 3
@@ -190,7 +190,9 @@ def test_pages_are_conserved(mixed):
         assert valid + int(counts["stale"]) + int(counts["free"]) == cfg.physical_pages
         owner = np.asarray(one.blocks.owner)
         live = owner[owner >= 0]
-        per_session = np.bincount(live % cfg.sessions, minlength=cfg.sessions)
+        sess = live & ((1 << cfg.tag_bits) - 1)
+        np.testing.assert_array_equal(live >> cfg.tag_bits, np.asarray(one.generation)[sess])
+        per_session = np.bincount(sess, minlength=cfg.sessions)
         np.testing.assert_array_equal(per_session, np.asarray(one.session_pages))
 
 
@@ -204,3 +206,15 @@ def test_bad_knobs_are_refused():
         _knobs(cfg, lifetime_aware=0.5)
     with pytest.raises(ConfigError, match="n_blocks"):
         kb.KvBlocksConfig(sessions=4, max_writes=8, n_blocks=8, pages_per_block=4)
+
+
+def test_a_session_written_after_its_eviction_does_not_revive_old_pages():
+    cfg = kb.KvBlocksConfig(sessions=3, max_writes=8, n_blocks=16, pages_per_block=4, n_labels=1)
+    knobs = _knobs(cfg, gc_trigger=0.5)
+    one = jnp.array([1], jnp.int32)
+    s, _ = kb.write(kb.init(cfg), one, jnp.array([5 * BPP]), _clock([0]), knobs, cfg)
+    s = kb.invalidate(s, jnp.array([False, True, False]), cfg)
+    s, _ = kb.write(s, one, jnp.array([2 * BPP]), _clock([0]), knobs, cfg)
+    s = kb.settle(s, cfg)
+    assert int(s.blocks.valid.sum()) == 2 == int(s.session_pages[1])
+    np.testing.assert_array_equal(np.asarray(s.blocks.owner[1]), [-1, 1 << cfg.tag_bits | 1, 1 << cfg.tag_bits | 1, -1])

@@ -16,12 +16,16 @@ Only the mix of lifetimes per block matters for WAF, and utilisation fractions (
 eviction level) are preserved; a session's bytes are rounded to whole scaled pages as they accrue
 (``pending_bytes`` holds the remainder).
 
-**Lazy invalidation.** A page's owner tag is ``generation[session]·R + session``. ``invalidate``
+**Lazy invalidation.** A page's owner tag is ``generation[session] << tag_bits | session``. ``invalidate``
 bumps the evicted sessions' generation and zeroes their page count, O(R): no page is scanned.
 ``settle`` (O(pages), called by ``collect``) turns the tags of dead generations into −1 and
 recounts the per-block valid pages, so greedy victims and migrations are exact at GC time. The
-per-session count ``session_pages`` is exact at all times (``valid_fraction``). Tags are int32:
-generation·R + session stays below 2^31 while no session is evicted 2^31 / R times.
+per-session count ``session_pages`` is exact at all times (``valid_fraction``). Tags are int32: a
+session may be evicted up to 2^(31 − tag_bits) − 1 times.
+
+**Cost.** ``write`` is O(slots + max_writes) and ``invalidate`` O(R), but ``collect`` (through
+``settle``) reads every page: call it every ``collect_every`` iterations (a chunk boundary); the
+trigger's reserve then covers ``collect_every`` calls of ``write``.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ class KvBlocksConfig:
     victims_per_gc: int = 4  # victims per GC round (gc.reclaim's amortised batch)
     gc_rounds: int = 1  # GC rounds per ``collect`` call
     victim: str = "greedy"  # gc.VICTIMS
+    collect_every: int = 1  # write calls between collect calls (sets the free-block reserve)
     formulation: str = "auto"  # GC array primitives (gc.BlockConfig.formulation)
 
     def __post_init__(self) -> None:
@@ -62,6 +67,7 @@ class KvBlocksConfig:
         require_int(c, "max_writes", self.max_writes, 1, 2**20)
         require_int(c, "n_labels", self.n_labels, 1, 256)
         require_int(c, "gc_rounds", self.gc_rounds, 1, 64)
+        require_int(c, "collect_every", self.collect_every, 1, 2**16)
         self.blocks  # validates geometry, victims_per_gc, victim, formulation
         require(self.reserve_blocks < self.n_blocks, c, "n_blocks", self.n_blocks,
                 f"must exceed the {self.reserve_blocks} blocks one call may need (reserve_blocks)")
@@ -77,11 +83,17 @@ class KvBlocksConfig:
         return self.n_blocks * self.pages_per_block
 
     @property
+    def tag_bits(self) -> int:
+        """Low bits of an owner tag that hold the session index."""
+        return max(1, (self.sessions - 1).bit_length())
+
+    @property
     def reserve_blocks(self) -> int:
-        """Free blocks the pool must keep: one write's pages, a new block per label, and 3 for GC to take
-        a victim (gc.reclaim with several classes takes victim 0 only if its pages plus 2 blocks fit)."""
-        k = self.pages_per_block
-        return math.ceil(self.max_writes / k) + min(self.n_labels, self.max_writes) + 3
+        """Free blocks the pool must keep: the pages of ``collect_every`` writes, a new block per label
+        each, and 3 for GC to take a victim (gc.reclaim with several classes takes victim 0 only if its
+        pages plus 2 blocks fit)."""
+        k, n = self.pages_per_block, self.collect_every
+        return math.ceil(n * self.max_writes / k) + n * min(self.n_labels, self.max_writes) + 3
 
 
 @jax.tree_util.register_dataclass
@@ -122,7 +134,7 @@ class KvBlocksKnobs:
 class KvBlocks(NamedTuple):
     """One stream's KV block store. R = sessions."""
 
-    blocks: BlockState  # owner tags gen·R + session; valid counts exact after ``settle``
+    blocks: BlockState  # owner tags gen << tag_bits | session; valid counts exact after ``settle``
     pending_bytes: jax.Array  # f32[R] written bytes of each session not yet a whole scaled page
     generation: jax.Array  # int32[R] evictions of each session so far (older tags are stale)
     session_pages: jax.Array  # int32[R] valid scaled pages of each session (exact at all times)
@@ -185,7 +197,7 @@ def write(state: KvBlocks, session: jax.Array, new_bytes: jax.Array, root_start:
     ``root_start`` Clock[B] (start of the slot's session root).
 
     Each session's bytes accumulate in ``pending_bytes``; its whole scaled pages are appended in slot
-    order with owner = gen·R + session and class = its label if ``lifetime_aware`` else 0 — at most
+    order with owner tag = gen << tag_bits | session and class = its label if ``lifetime_aware`` else 0 — at most
     ``max_writes`` pages per call (the rest stays pending for the next call). Returns (state,
     pages_written int32[]).
     """
@@ -201,7 +213,7 @@ def write(state: KvBlocks, session: jax.Array, new_bytes: jax.Array, root_start:
     slot, used = _expand(count, n)
     slot = jnp.clip(slot, 0, session.shape[0] - 1)
     sess = jnp.clip(session[slot], 0, r - 1)
-    owner = state.generation[sess] * r + sess
+    owner = (state.generation[sess] << config.tag_bits) | sess
     aware = knobs.lifetime_aware > 0.5
     cls = jnp.where(aware, lifetime_label(root_start, knobs, config), 0)[slot]
     blocks, _, _ = gc.append(state.blocks, owner, cls, used, config.blocks)
@@ -229,9 +241,9 @@ def settle(state: KvBlocks, config: KvBlocksConfig) -> KvBlocks:
 
     O(n_blocks × pages_per_block) gathers from the R-entry generation table.
     """
-    r, st = config.sessions, state.blocks
-    sess = jnp.clip(st.owner % r, 0, r - 1)
-    alive = (st.owner >= 0) & (st.owner // r == state.generation[sess])
+    st, bits = state.blocks, config.tag_bits
+    sess = jnp.clip(st.owner & ((1 << bits) - 1), 0, config.sessions - 1)
+    alive = (st.owner >= 0) & ((st.owner >> bits) == state.generation[sess])
     return state._replace(blocks=dataclasses.replace(st, owner=jnp.where(alive, st.owner, -1),
                                                      valid=alive.sum(axis=1, dtype=jnp.int32)))
 
