@@ -163,7 +163,7 @@ def test_one_compilation_across_knobs(mixed):
 def test_mixed_lifetimes_waf_above_one_and_lifetime_aware_lower(mixed):
     cfg, grid, s, _ = mixed
     waf = np.asarray(kb.waf(s))
-    assert not np.asarray(s.overflow).any()
+    assert not np.asarray(s.overflow).any() and not np.asarray(s.stalled_writes).any()  # same host writes in all
     inter, aware = waf[:4], waf[4:]
     assert (inter > 1.05).all()
     assert (aware < inter).all()
@@ -218,3 +218,18 @@ def test_a_session_written_after_its_eviction_does_not_revive_old_pages():
     s = kb.settle(s, cfg)
     assert int(s.blocks.valid.sum()) == 2 == int(s.session_pages[1])
     np.testing.assert_array_equal(np.asarray(s.blocks.owner[1]), [-1, 1 << cfg.tag_bits | 1, 1 << cfg.tag_bits | 1, -1])
+
+
+def test_a_full_pool_stalls_the_host_instead_of_overflowing():
+    """16 blocks × 4 pages, 2 labels, no GC: the host may fill 16 − 3 (GC headroom) − 2 (a block per label)
+    = 11 blocks ahead of its open block; the rest of its bytes wait in ``pending_bytes``."""
+    cfg = kb.KvBlocksConfig(sessions=2, max_writes=8, n_blocks=16, pages_per_block=4, n_labels=2)
+    knobs = _knobs(cfg, gc_trigger=0.3)
+    s, total = kb.init(cfg), 0
+    for _ in range(12):
+        s, n = kb.write(s, jnp.array([0, 1], jnp.int32), jnp.array([4 * BPP, 4 * BPP]), _clock([0, 0]), knobs, cfg)
+        total += int(n)
+    assert not bool(s.overflow) and int(s.stalled_writes) > 0
+    assert int(gc.free_blocks(s.blocks)) >= 3
+    assert total == int(s.session_pages.sum()) == int(s.host_pages)
+    assert total + float(s.pending_bytes.sum()) / BPP == pytest.approx(12 * 8)

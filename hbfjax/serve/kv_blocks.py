@@ -44,6 +44,7 @@ from hbfjax.flash.erase.gc import BlockConfig, BlockState
 from hbfjax.validate import require, require_int, require_real
 
 _US_PER_S = 1_000_000.0
+GC_HEADROOM_BLOCKS = 3  # free blocks gc.reclaim needs to take a victim with several classes (its pages + 2)
 
 
 @dataclass(frozen=True)
@@ -89,11 +90,11 @@ class KvBlocksConfig:
 
     @property
     def reserve_blocks(self) -> int:
-        """Free blocks the pool must keep: the pages of ``collect_every`` writes, a new block per label
-        each, and 3 for GC to take a victim (gc.reclaim with several classes takes victim 0 only if its
-        pages plus 2 blocks fit)."""
-        k, n = self.pages_per_block, self.collect_every
-        return math.ceil(n * self.max_writes / k) + n * min(self.n_labels, self.max_writes) + 3
+        """Free blocks the pool must keep: the pages of ``collect_every`` writes (a class opens at most
+        one block more than its pages fill), and 3 for GC to take a victim (gc.reclaim with several
+        classes takes victim 0 only if its pages plus 2 blocks fit)."""
+        k, pages = self.pages_per_block, self.collect_every * self.max_writes
+        return math.ceil(pages / k) + min(self.n_labels, pages) + GC_HEADROOM_BLOCKS
 
 
 @jax.tree_util.register_dataclass
@@ -139,6 +140,7 @@ class KvBlocks(NamedTuple):
     generation: jax.Array  # int32[R] evictions of each session so far (older tags are stale)
     session_pages: jax.Array  # int32[R] valid scaled pages of each session (exact at all times)
     invalidated_pages: jax.Array  # int32[] pages made stale by eviction, cumulative
+    stalled_writes: jax.Array  # int32[] write calls that the free pool cut short (GC fell behind)
 
     @property
     def host_pages(self) -> jax.Array:
@@ -162,7 +164,7 @@ def init(config: KvBlocksConfig) -> KvBlocks:
     r = config.sessions
     return KvBlocks(blocks=gc.init_state(config.blocks), pending_bytes=jnp.zeros(r, jnp.float32),
                     generation=jnp.zeros(r, jnp.int32), session_pages=jnp.zeros(r, jnp.int32),
-                    invalidated_pages=jnp.int32(0))
+                    invalidated_pages=jnp.int32(0), stalled_writes=jnp.int32(0))
 
 
 def lifetime_label(root_start: Clock, knobs: KvBlocksKnobs, config: KvBlocksConfig) -> jax.Array:
@@ -198,17 +200,21 @@ def write(state: KvBlocks, session: jax.Array, new_bytes: jax.Array, root_start:
 
     Each session's bytes accumulate in ``pending_bytes``; its whole scaled pages are appended in slot
     order with owner tag = gen << tag_bits | session and class = its label if ``lifetime_aware`` else 0 — at most
-    ``max_writes`` pages per call (the rest stays pending for the next call). Returns (state,
-    pages_written int32[]).
+    ``max_writes`` pages per call, and never more than the free pool holds beyond the blocks GC needs
+    (the host waits for GC: the rest stays pending for the next call, and ``stalled_writes`` counts
+    the call). So the pool never runs dry. Returns (state, pages_written int32[]).
     """
     r, n = config.sessions, config.max_writes
+    spare = gc.free_blocks(state.blocks) - GC_HEADROOM_BLOCKS - min(config.n_labels, n)
+    room = jnp.minimum(jnp.maximum(spare, 0) * config.pages_per_block, n)  # each class opens ≤ 1 extra block
     idx = jnp.where(session >= 0, session, r)
     pending = state.pending_bytes.at[idx].add(jnp.where(session >= 0, new_bytes, 0.0), mode="drop")
     first = _first_of_session(session, r)
     whole = jnp.floor(pending[jnp.clip(session, 0, r - 1)] / knobs.bytes_per_page).astype(jnp.int32)
     want = jnp.where(first, whole, 0)  # int32[B] pages of each slot's session (counted on its first slot)
-    cum = jnp.minimum(jnp.cumsum(want), n)
-    count = cum - jnp.concatenate([jnp.zeros(1, jnp.int32), cum[:-1]])  # clipped to max_writes in slot order
+    cum = jnp.minimum(jnp.cumsum(want), room)
+    count = cum - jnp.concatenate([jnp.zeros(1, jnp.int32), cum[:-1]])  # clipped to the room in slot order
+    stalled = (want.sum() > room) & (room < n)
 
     slot, used = _expand(count, n)
     slot = jnp.clip(slot, 0, session.shape[0] - 1)
@@ -221,7 +227,8 @@ def write(state: KvBlocks, session: jax.Array, new_bytes: jax.Array, root_start:
     blocks = dataclasses.replace(blocks, host_pages=blocks.host_pages + wrote)
     written = jnp.zeros(r + 1, jnp.int32).at[jnp.where(count > 0, idx, r)].add(count)[:r]
     return state._replace(blocks=blocks, pending_bytes=pending - written.astype(jnp.float32) * knobs.bytes_per_page,
-                          session_pages=state.session_pages + written), wrote
+                          session_pages=state.session_pages + written,
+                          stalled_writes=state.stalled_writes + stalled.astype(jnp.int32)), wrote
 
 
 def invalidate(state: KvBlocks, evicted: jax.Array, config: KvBlocksConfig) -> KvBlocks:
