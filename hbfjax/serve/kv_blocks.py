@@ -25,7 +25,10 @@ session may be evicted up to 2^(31 − tag_bits) − 1 times.
 
 **Cost.** ``write`` is O(slots + max_writes) and ``invalidate`` O(R), but ``collect`` (through
 ``settle``) reads every page: call it every ``collect_every`` iterations (a chunk boundary); the
-trigger's reserve then covers ``collect_every`` calls of ``write``.
+trigger's reserve then covers ``collect_every`` calls of ``write``. Measured (XLA CPU, 2 shared cores,
+vmap over 256 streams, 1,024 × 32 pages, 32 slots, max_writes 128, R = 1,024), µs per stream-call:
+write + invalidate 7–14, collect 37 with one GC round (settle alone 30), 55 with four rounds. If GC
+falls behind, ``write`` makes the host wait (``stalled_writes``) rather than run the pool dry.
 """
 
 from __future__ import annotations
