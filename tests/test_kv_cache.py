@@ -31,12 +31,13 @@ SIX = requests_of([0, 1, 2, 3, 4, 5], prompt=[10, 10, 10, 80, 40, 90], output=[5
                   prefix=[0, 0, 0, 50, 30, 90], session=[0, 1, 2, 0, 1, 0])
 
 
-def cache_with(tokens, last_use_s=None) -> kv_cache.SessionCache:
-    """A cache of six sessions holding ``tokens``, last used at ``last_use_s`` (whole seconds)."""
+def cache_with(*calls) -> kv_cache.SessionCache:
+    """A cache of six sessions filled by :func:`kv_cache.retain` calls, each ``(time_s, {session: tokens})``."""
     c = kv_cache.init(6)
-    last = clock.where(jnp.asarray(tokens) > 0, clock.from_us(np.asarray(last_use_s or [0] * 6, np.int64) * 10**6),
-                       clock.never((6,)))
-    return c._replace(tokens=jnp.asarray(tokens, jnp.int32), last_use=last)
+    for time_s, entries in calls:
+        c = retain(c, jnp.asarray(list(entries), jnp.int32), jnp.ones(len(entries), bool),
+                   jnp.asarray(list(entries.values()), jnp.int32), clock.from_us(time_s * 10**6))
+    return c
 
 
 take = jax.jit(kv_cache.take)
@@ -47,7 +48,7 @@ evict = jax.jit(kv_cache.evict)
 def test_a_hit_reuses_min_of_prefix_held_and_prompt_minus_one_and_consumes_the_entry():
     # session 0 holds 60, session 1 holds 20, session 2 holds 100 (request 5 is put in session 2 here)
     six = dataclasses.replace(SIX, session=jnp.asarray([0, 1, 2, 0, 1, 2], jnp.int32))
-    c = cache_with([60, 20, 100, 0, 0, 0])
+    c = cache_with((1, {0: 60, 1: 20, 2: 100}))
     reused, c = take(c, jnp.asarray([3, 4, 5, -1], jnp.int32), jnp.asarray([True, True, True, False]), six)
     # 3: min(50, 60, 79) = 50 (10 freed); 4: min(30, 20, 39) = 20; 5: min(90, 100, 89) = 89 (11 freed)
     assert reused.tolist() == [50, 20, 89, 0]
@@ -57,7 +58,7 @@ def test_a_hit_reuses_min_of_prefix_held_and_prompt_minus_one_and_consumes_the_e
 
 
 def test_two_new_turns_of_one_session_only_the_earliest_gets_the_hit():
-    c = cache_with([60, 20, 100, 0, 0, 0])
+    c = cache_with((1, {0: 60, 1: 20, 2: 100}))
     # request 5 sits in an earlier slot than request 3; both are session 0; slot 2 holds 4 but is not new
     reused, c = take(c, jnp.asarray([5, 3, 4], jnp.int32), jnp.asarray([True, True, False]), SIX)
     assert reused.tolist() == [0, 50, 0]  # request 3 arrived first: min(50, 60, 79)
@@ -72,7 +73,7 @@ def test_an_empty_entry_gives_no_hit():
 
 
 def test_retain_makes_the_whole_kv_the_sessions_entry_and_frees_what_it_replaces():
-    c = cache_with([60, 20, 0, 0, 0, 0], [3, 1, 0, 0, 0, 0])
+    c = cache_with((1, {1: 20}), (3, {0: 60}))
     now = clock.from_us(5_000_000)
     # slot 0: session 2 ends with 70 tokens; slots 1, 2: two turns of session 1 end with 30 and 40; slot 3 idle
     c = retain(c, jnp.asarray([2, 1, 1, 0], jnp.int32), jnp.asarray([True, True, True, False]),
@@ -80,17 +81,18 @@ def test_retain_makes_the_whole_kv_the_sessions_entry_and_frees_what_it_replaces
     assert c.tokens.tolist() == [60, 40, 70, 0, 0, 0]
     assert clock.to_us(c.last_use)[:3].tolist() == [3e6, 5e6, 5e6] and np.all(np.asarray(c.last_use.s)[3:] == 2**31 - 1)
     assert tally_value(c.freed_tokens) == 30 + 20  # the other turn's KV and session 1's old entry
+    assert c.use_seq.tolist() == [1, 2, 3, -1, -1, -1] and int(c.retained) == 4  # this call: sessions 1, 2 in order
 
 
 def test_nothing_is_evicted_at_or_below_the_threshold():
-    c = cache_with([60, 20, 100, 0, 0, 0], [3, 1, 2, 0, 0, 0])  # 180 cached
+    c = cache_with((1, {1: 20}), (2, {2: 100}), (3, {0: 60}))  # 180 cached
     for running in (0, 700, 720):  # 720 + 180 = 900 = 0.9 × 1000: fits
         out, mask = evict(c, jnp.int32(running), jnp.int32(1000), jnp.float32(0.9))
         assert not mask.any() and out.tokens.tolist() == c.tokens.tolist() and int(out.evicted) == 0
 
 
 def test_eviction_is_lru_by_session_and_stops_as_soon_as_it_fits():
-    c = cache_with([60, 20, 100, 0, 0, 0], [3, 1, 2, 0, 0, 0])  # LRU order: session 1, 2, 0
+    c = cache_with((1, {1: 20}), (2, {2: 100}), (3, {0: 60}))  # LRU order: session 1, 2, 0
     cases = {730: [1], 740: [1], 741: [1, 2], 840: [1, 2], 841: [0, 1, 2], 5000: [0, 1, 2]}
     for running, gone in cases.items():  # excess = running + 180 − 900
         out, mask = evict(c, jnp.int32(running), jnp.int32(1000), jnp.float32(0.9))
@@ -103,9 +105,37 @@ def test_eviction_is_lru_by_session_and_stops_as_soon_as_it_fits():
 
 
 def test_eviction_ties_on_last_use_go_by_session_index():
-    c = cache_with([60, 20, 100, 0, 0, 0], [2, 1, 2, 0, 0, 0])  # sessions 0 and 2 last used together
+    c = cache_with((1, {1: 20}), (2, {2: 100, 0: 60}))  # sessions 0 and 2 last used together
     _, mask = evict(c, jnp.int32(750), jnp.int32(1000), jnp.float32(0.9))  # excess 30: session 1 (20), then 0
     assert np.flatnonzero(mask).tolist() == [0, 1]
+
+
+def test_eviction_equals_a_plain_python_lru_on_random_caches():
+    """Random retentions (16 sessions, 4 slots a call, replaced entries, two calls at each time), then
+    evictions at random running loads: the evicted set is the greedy prefix of a Python sort by (time,
+    call, index): equal times of two calls go by retention order (the later call is the more recent)."""
+    rng = np.random.default_rng(11)
+    for case in range(25):
+        c, held, when = kv_cache.init(16), {}, {}
+        for call in range(6):
+            sessions = rng.choice(16, 4, replace=False)
+            finished = rng.random(4) < 0.7
+            context = rng.integers(1, 50, 4)
+            c = retain(c, jnp.asarray(sessions, jnp.int32), jnp.asarray(finished), jnp.asarray(context, jnp.int32),
+                       clock.from_us(call // 2 * 10**6))  # two calls share each time: ties across calls too
+            for k, f, x in zip(sessions, finished, context):
+                if f:
+                    held[int(k)], when[int(k)] = int(x), (call // 2, call)
+        running = int(rng.integers(0, 400))
+        out, mask = evict(c, jnp.int32(running), jnp.int32(500), jnp.float32(0.9))
+        excess, gone = running + sum(held.values()) - 450, []
+        for k in sorted(held, key=lambda k: (*when[k], k)):
+            if excess <= 0:
+                break
+            gone.append(k)
+            excess -= held[k]
+        assert np.flatnonzero(mask).tolist() == sorted(gone), case
+        assert tally_value(out.evicted_tokens) == sum(held[k] for k in gone)
 
 
 def test_tallies_are_exact_past_int32():
