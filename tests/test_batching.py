@@ -206,6 +206,20 @@ def test_jax_equals_reference_on_random_streams(mode):
         np.testing.assert_array_equal(out.tokens_out[s], streams.output_tokens[s])  # every token came out
 
 
+def test_an_admit_hook_that_reuses_nothing_changes_nothing():
+    """The hook path with reused = 0 on the random KV-blocked streams: the same state as no hook."""
+    streams = _random_streams(4, 24, rate=2_000.0)
+    config = BatcherConfig(slots=3, mode="mixed")
+    knobs = BatcherKnobs.make(chunk_tokens=16, token_budget=20, kv_capacity_tokens=(36, 24))
+    plain = batching.stateless(mixed_pass_us, "mixed")
+    hooked = plain._replace(admit=lambda c, st, new: (jnp.zeros_like(st.slots.request), c))
+    run = jax.jit(jax.vmap(lambda r, m: batching.run(r, knobs, config, m, 1000)[0], in_axes=(0, None)), static_argnums=1)
+    a, b = run(streams, plain), run(streams, hooked)
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+        np.testing.assert_array_equal(x, y)
+    assert not a.overflow.any() and (a.tokens_out == streams.output_tokens).all()
+
+
 def test_no_recompilation_when_knobs_change():
     """Chunk size, budget and KV capacities are traced: three knob points, one compilation."""
     req = requests_of(*THREE)

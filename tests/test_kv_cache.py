@@ -55,6 +55,7 @@ def test_a_hit_reuses_min_of_prefix_held_and_prompt_minus_one_and_consumes_the_e
     assert c.tokens.tolist() == [0] * 6  # each entry handed to its request
     assert tally_value(c.hit_tokens) == 159 and tally_value(c.prompt_tokens) == 210
     assert tally_value(c.freed_tokens) == 21 and int(c.evicted) == 0
+    assert int(kv_cache.running_kv_tokens(jnp.asarray([3, 4, 5, -1], jnp.int32), six)) == 85 + 45 + 95
 
 
 def test_two_new_turns_of_one_session_only_the_earliest_gets_the_hit():

@@ -100,6 +100,15 @@ def held_tokens(cache: SessionCache) -> jax.Array:
     return cache.tokens.sum(dtype=jnp.int32)
 
 
+def running_kv_tokens(slot_request: jax.Array, requests: Requests) -> jax.Array:
+    """int32[] whole KV (prompt + output) of the requests in slots (``slot_request`` int32[B], −1 empty):
+    the running side of :func:`evict`. A slot's reservation lacks the tokens it reused (the batcher's
+    ``admit`` hook gives them back), and :func:`take` emptied their entry, so the reservations
+    (``kv_used_tokens``) alone would count those tokens nowhere."""
+    r = jnp.maximum(slot_request, 0)
+    return jnp.where(slot_request >= 0, requests.prompt_tokens[r] + requests.output_tokens[r], 0).sum(dtype=jnp.int32)
+
+
 def _first_of(key: jax.Array, mask: jax.Array, order: jax.Array, size: int) -> jax.Array:
     """bool[B] masked entries whose ``order`` is the smallest among the masked entries sharing their
     ``key`` (int32[B] in [0, size); ``order`` int32[B] distinct where masked): a scatter-min."""
