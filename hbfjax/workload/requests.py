@@ -44,12 +44,12 @@ lifetime labels are carried through, indices remapped to the stream's order):
   session are marked invalid (one it would have held could precede them).
 
 In every replay ``knobs.rate_factor`` divides the trace's time axis (arrivals, gaps and session
-rate): "scale" is not a separate mode but this knob, combinable with each mode. It does not change how
-many sessions overlap; ``knobs.session_rate_factor`` (bootstrap only) multiplies the session-start rate
-alone, internal gaps unchanged, so it sets the concurrency (HBFlex Fig. 16: concurrent SWE-bench
-tasks); :func:`concurrency_rate_factor` gives the factor of a target mean number of open sessions. At 1 the trace's
+rate): "scale" is not a separate mode but this knob, combinable with each mode. At 1 the trace's
 times are reproduced exactly (rounded to whole µs); otherwise the scaled gaps are rounded to 1/16 µs
-and summed exactly on the two-part clock.
+and summed exactly on the two-part clock. It does not change how many sessions overlap:
+``knobs.session_rate_factor`` (bootstrap only) multiplies the session-start rate alone, internal gaps
+unchanged, so it sets the concurrency (HBFlex Fig. 16: concurrent SWE-bench tasks);
+:func:`concurrency_rate_factor` gives the factor of a target mean number of open sessions.
 
 Padding requests (``valid`` False) have arrival and root start ``clock.never()``, zero lengths and
 prefix, ``session`` their own index and ``parent`` −1. R is static: the serving layer asks for warm-up
