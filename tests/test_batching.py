@@ -149,6 +149,34 @@ def test_idle_gap_jumps_to_the_next_arrival():
     assert clock.to_us(out.finish).tolist()[0] == 1_000_100 and int(out.iterations) == 1
 
 
+def _reusing(table):
+    """A Mechanism admit hook: request r reuses table[r] tokens; its carry counts the admissions."""
+    table = jnp.asarray(table, jnp.int32)
+    return lambda carry, st, new: (jnp.where(new, table[jnp.maximum(st.slots.request, 0)], 0),
+                                   carry + new.sum(dtype=jnp.int32))
+
+
+def test_an_admit_hook_shortens_prefill_and_gives_back_the_last_reserved_tokens():
+    """Tiers (7, 100): r0 (6 + 3) reserves (7, 2), r1 (3 + 2) reserves (0, 5). r0 reuses 4 → keeps its
+    first 5 tokens (5, 0); r1 asks 5, clipped to prompt − 1 = 2 → keeps 3, (0, 3). Their chunks start at
+    the reused tokens."""
+    req = requests_of(*THREE)
+    knobs = BatcherKnobs.make(**SMALL, kv_capacity_tokens=(7, 100))
+    config = BatcherConfig(slots=2)
+    st, b, carry = batching.schedule_with(batching.init(3, config), req, knobs, config, _reusing([4, 5, 0]), jnp.int32(0))
+    assert st.slots.request.tolist() == [0, 1] and int(carry) == 2
+    assert st.slots.kv_reserved.tolist() == [[5, 0], [0, 3]] and st.kv_used_tokens.tolist() == [5, 3]
+    assert st.slots.prefill_left.tolist() == [2, 1] and st.slots.kv_tokens.tolist() == [4, 2]
+    assert b.chunk_tokens.tolist() == [2, 1] and b.chunk_prefix.tolist() == [4, 2] and b.chunk_emits.tolist() == [True, True]
+    # the rollout (100 µs + 10 µs a token): both prompts done in one iteration (130), two decodes (120) end
+    # r1 at 250; r2 (no reuse) is admitted at 250 beside r0's last decode (130): both end at 380
+    mech = batching.Mechanism(init=lambda: jnp.int32(0), admit=_reusing([4, 5, 0]),
+                              iteration=lambda c, st, b, i: (batching.iteration_us(b, tokens_pass_us, "mixed", i), c))
+    out, carry = jax.jit(lambda r: batching.run(r, knobs, config, mech, 100))(req)
+    _check_final(out, [130, 130, 380], [380, 250, 380], [3, 2, 1])
+    assert int(out.iterations) == 3 and out.kv_used_tokens.tolist() == [0, 0] and int(carry) == 3
+
+
 def _random_streams(n_streams: int, requests: int, rate: float):
     config = rq.RequestsConfig(requests=requests, prompt_lengths="uniform", output_lengths="uniform")
     knobs = rq.RequestKnobs.make(rate_per_s=rate, prompt=rq.LengthKnobs.make(40, lo=1, hi=40),
@@ -176,6 +204,20 @@ def test_jax_equals_reference_on_random_streams(mode):
         np.testing.assert_array_equal(out.tokens_out[s], ref.tokens_out)
         assert int(out.iterations[s]) == ref.iterations
         np.testing.assert_array_equal(out.tokens_out[s], streams.output_tokens[s])  # every token came out
+
+
+def test_an_admit_hook_that_reuses_nothing_changes_nothing():
+    """The hook path with reused = 0 on the random KV-blocked streams: the same state as no hook."""
+    streams = _random_streams(4, 24, rate=2_000.0)
+    config = BatcherConfig(slots=3, mode="mixed")
+    knobs = BatcherKnobs.make(chunk_tokens=16, token_budget=20, kv_capacity_tokens=(36, 24))
+    plain = batching.stateless(mixed_pass_us, "mixed")
+    hooked = plain._replace(admit=lambda c, st, new: (jnp.zeros_like(st.slots.request), c))
+    run = jax.jit(jax.vmap(lambda r, m: batching.run(r, knobs, config, m, 1000)[0], in_axes=(0, None)), static_argnums=1)
+    a, b = run(streams, plain), run(streams, hooked)
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+        np.testing.assert_array_equal(x, y)
+    assert not a.overflow.any() and (a.tokens_out == streams.output_tokens).all()
 
 
 def test_no_recompilation_when_knobs_change():

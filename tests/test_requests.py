@@ -222,6 +222,15 @@ def test_replay_rate_factor_seed_and_trace_values_do_not_recompile():
     assert len(compiled) == 1, compiled
 
 
+def test_bootstrap_session_rate_factor_does_not_recompile():
+    config = rq.RequestsConfig(requests=20, arrivals="trace", replay="bootstrap")
+    inputs = rq.TraceInputs.from_trace(_session_trace())
+    with compilations("generate") as compiled:
+        outs = [_run(config, rq.RequestKnobs.make(session_rate_factor=x), streams=2, inputs=inputs) for x in (1.0, 4.0)]
+    assert len(compiled) == 1, compiled
+    assert _us(outs[1].arrival)[0, -1] < _us(outs[0].arrival)[0, -1]  # 4× the session starts: 20 requests sooner
+
+
 def test_a_knob_sweep_uses_common_random_numbers():
     points = [rq.RequestKnobs.make(rate_per_s=r, cv=1.5) for r in (1.0, 4.0)]
     swept = batch.run(rq.generate, 4, 14, batch.stack_knobs(points), _SYNTH, knob_axis=True)
@@ -373,6 +382,48 @@ def test_bootstrap_with_few_sessions_marks_requests_past_the_drawn_ones_invalid(
         assert len(set(out.session[s][v].tolist())) <= 4
 
 
+def _open_sessions(out, s, times_s, mean_gap_s, factor):
+    """Plain Python: sessions of stream ``s`` open at each time (root arrival <= t < last turn's arrival
+    + one mean gap ÷ rate factor)."""
+    v = np.asarray(out.valid[s])
+    t = _us(out.arrival)[s][v] / 1e6
+    session = np.asarray(out.session[s])[v]
+    roots = np.unique(session)
+    start = np.array([t[session == k].min() for k in roots])
+    end = np.array([t[session == k].max() for k in roots]) + mean_gap_s / factor
+    return [int(((start <= x) & (x < end)).sum()) for x in times_s], t.max()
+
+
+@pytest.mark.parametrize("factor", [1.0, 2.5])
+def test_session_rate_factor_sets_the_mean_number_of_open_sessions(factor):
+    """The session trace's spans (last turn − root + the mean turn gap 10.700001/5 s): 4.000001 + ḡ,
+    6.7 + ḡ, ḡ; at the factor for 20 open sessions the count at a time t (after the longest span) is
+    Poisson(20) (M/G/∞); times 10 s / rate factor apart see disjoint starts, so the counts are independent."""
+    trace = _session_trace()
+    inputs = rq.TraceInputs.from_trace(trace)
+    gap = 10.700001 / 5
+    spans = rq.session_spans_us(inputs) / 1e6
+    np.testing.assert_allclose(spans, [4.000001 + gap, 6.7 + gap, gap], rtol=1e-9)
+    x = rq.concurrency_rate_factor(inputs, 20.0)
+    assert x == pytest.approx(20.0 / (3 / 8.228571 * spans.mean()), rel=1e-6)
+    with pytest.raises(ConfigError, match="concurrency_rate_factor.concurrency = 0.0"):
+        rq.concurrency_rate_factor(inputs, 0.0)
+    streams = 48
+    config = rq.RequestsConfig(requests=2048, arrivals="trace", replay="bootstrap")
+    times = (10.0 + 10.0 * np.arange(18)) / factor  # 10 s > the longest span (8.84 s)
+    # at x: 20 open; at the default 1: the trace's own concurrency 20 / x (sampled 8× sparser in time)
+    for knob, mean, at in ((x, 20.0, times), (1.0, 20.0 / x, 8 * times)):
+        out = _run(config, rq.RequestKnobs.make(rate_factor=factor, session_rate_factor=knob), streams=streams,
+                   seed=5, inputs=inputs)
+        counts = []
+        for s in range(streams):
+            c, last = _open_sessions(out, s, at, gap, factor)
+            assert last > at[-1] + 9.0 / factor  # every turn of a session open at the last time is in the stream
+            counts += c
+        counts = np.array(counts)
+        assert abs(counts.mean() - mean) <= Z * math.sqrt(mean / counts.size), knob
+
+
 # --- validation ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kwargs,fragment", [
@@ -416,7 +467,9 @@ def test_bad_length_knobs_are_refused_by_name(kwargs, fragment):
     (dict(rate_per_s=2e6), "RequestKnobs.rate_per_s"), (dict(cv=0.05), "RequestKnobs.cv = 0.05"),
     (dict(cv=5), "RequestKnobs.cv = 5"), (dict(batch=0), "RequestKnobs.batch = 0"),
     (dict(batch=1.5), "RequestKnobs.batch = 1.5"), (dict(rate_factor=0.0), "RequestKnobs.rate_factor = 0.0"),
-    (dict(rate_factor=1e4), "RequestKnobs.rate_factor"), (dict(prompt=512), "RequestKnobs.prompt = 'int'"),
+    (dict(rate_factor=1e4), "RequestKnobs.rate_factor"),
+    (dict(session_rate_factor=0.0), "RequestKnobs.session_rate_factor = 0.0"),
+    (dict(session_rate_factor=-1.0), "RequestKnobs.session_rate_factor = -1.0"), (dict(prompt=512), "RequestKnobs.prompt = 'int'"),
     (dict(output=rq.LengthKnobs.make), "RequestKnobs.output = 'method'"),
 ])
 def test_bad_request_knobs_are_refused_by_name(kwargs, fragment):

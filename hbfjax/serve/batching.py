@@ -21,8 +21,15 @@ a request whose last token came out records its finish time and frees its slot a
 times are scattered into ``[R]`` arrays with ``mode="drop"``. :func:`rollout` runs the loop with an
 iteration-time callable (the real step, composing GPU and memory times, replaces it).
 
-Not yet modelled: reusable prefixes (``Requests.prefix_tokens``: every prompt is prefilled whole),
-preemption (the whole KV is reserved at admission instead), and a cap on admissions per iteration.
+A :class:`Mechanism` with an ``admit`` hook reuses KV at admission (HBFlex §5.4, e.g. a session's
+retained KV, :mod:`hbfjax.serve.kv_cache`): a slot whose request reuses ``reused`` tokens starts with
+``kv_tokens = reused`` and ``prefill_left = prompt − reused`` (its first token still comes from a
+chunk), and gives back the last ``reused`` tokens of its reservation (those KV tokens are held by the
+cache, not newly reserved), taken from its last tiers first, never below 0. Without the hook every
+prompt is prefilled whole.
+
+Not yet modelled: preemption (the whole KV is reserved at admission instead), and a cap on admissions
+per iteration.
 """
 
 from __future__ import annotations
@@ -48,10 +55,16 @@ class Mechanism(NamedTuple):
     ``iteration(carry, state, batch, i)`` gets the carry, the state after :func:`schedule` (slot table
     with this iteration's admissions; ``kv_tokens`` before its tokens) and the iteration's batch, and
     returns ``(iteration_us float32[], carry)``; it is called on every scan step, and its carry is kept
-    unchanged where the stream has stopped."""
+    unchanged where the stream has stopped.
+
+    ``admit(carry, state, new)`` (optional) is called at each boundary right after admission with the
+    state holding the new requests and ``new`` bool[B], the slots that just received one; it returns
+    ``(reused int32[B], carry)``: KV tokens of each new request already held (in [0, prompt − 1]),
+    which it need not prefill nor reserve."""
 
     init: Callable[[], Any]
     iteration: Callable[[Any, ServeState, Batch, jax.Array], tuple[jax.Array, Any]]
+    admit: Callable[[Any, ServeState, jax.Array], tuple[jax.Array, Any]] | None = None
 
 
 def stateless(pass_us: PassTime, mode: str) -> Mechanism:
@@ -75,8 +88,9 @@ def _skip_idle(state: ServeState, requests: Requests) -> clock.Clock:
     return clock.where(idle, due, state.now)
 
 
-def _admit(state: ServeState, requests: Requests, knobs: BatcherKnobs, now: clock.Clock) -> ServeState:
-    """Arrived requests into free slots in arrival order, while their KV fits (tiers filled in order)."""
+def _admit(state: ServeState, requests: Requests, knobs: BatcherKnobs, now: clock.Clock) -> tuple[ServeState, jax.Array]:
+    """Arrived requests into free slots in arrival order, while their KV fits (tiers filled in order);
+    and bool[B], the slots that received one."""
     s = state.slots
     b, r = s.request.shape[0], requests.valid.shape[0]
     arrived = clock.searchsorted(requests.arrival, now)
@@ -103,7 +117,21 @@ def _admit(state: ServeState, requests: Requests, knobs: BatcherKnobs, now: cloc
                   kv_reserved=jnp.where(new[:, None], alloc[rank], s.kv_reserved))
     return dataclasses.replace(state, slots=slots, now=now, admitted=state.admitted + ok.sum(dtype=jnp.int32),
                                kv_used_tokens=state.kv_used_tokens + alloc.sum(axis=0),
-                               overflow=state.overflow | never_fits)
+                               overflow=state.overflow | never_fits), new
+
+
+def _reuse(state: ServeState, new: jax.Array, reused: jax.Array) -> ServeState:
+    """New slots start ``reused`` (int32[B], clipped to [0, prefill_left − 1]) tokens into their prompt
+    and give back the last ``reused`` tokens of their reservation (last tier first, each tier >= 0)."""
+    s = state.slots
+    reused = jnp.where(new, jnp.clip(reused, 0, jnp.maximum(s.prefill_left - 1, 0)), 0)  # int32[B]
+    keep = s.kv_reserved.sum(axis=1) - reused  # int32[B] the first `keep` tokens of the fill stay
+    below = jnp.cumsum(s.kv_reserved, axis=1) - s.kv_reserved  # int32[B, T] reserved in earlier tiers
+    reserved = jnp.clip(keep[:, None] - below, 0, s.kv_reserved)
+    slots = dataclasses.replace(s, prefill_left=s.prefill_left - reused, kv_tokens=s.kv_tokens + reused,
+                                kv_reserved=reserved)
+    return dataclasses.replace(state, slots=slots,
+                               kv_used_tokens=state.kv_used_tokens - (s.kv_reserved - reserved).sum(axis=0))
 
 
 def _select(state: ServeState, knobs: BatcherKnobs, config: BatcherConfig) -> tuple[Batch, jax.Array]:
@@ -130,10 +158,21 @@ def _select(state: ServeState, knobs: BatcherKnobs, config: BatcherConfig) -> tu
 def schedule(state: ServeState, requests: Requests, knobs: BatcherKnobs, config: BatcherConfig) -> tuple[ServeState, Batch]:
     """One iteration boundary: idle jump, admission, then the iteration's batch (``Batch`` with
     ``B = C = B_max``: decode context lengths and prefill chunks per slot, masked)."""
-    state = _admit(state, requests, knobs, _skip_idle(state, requests))
+    state, batch, _ = schedule_with(state, requests, knobs, config, None, ())
+    return state, batch
+
+
+def schedule_with(state: ServeState, requests: Requests, knobs: BatcherKnobs, config: BatcherConfig,
+                  admit, carry) -> tuple[ServeState, Batch, Any]:
+    """:func:`schedule` with a :class:`Mechanism` ``admit`` hook (None: none) called on ``carry`` right
+    after admission; returns the state, the batch and the hook's carry."""
+    state, new = _admit(state, requests, knobs, _skip_idle(state, requests))
+    if admit is not None:
+        reused, carry = admit(carry, state, new)
+        state = _reuse(state, new, reused)
     batch, prefilling = _select(state, knobs, config)
     work = batch.decode_mask.any() | prefilling
-    return dataclasses.replace(state, prefill_last=jnp.where(work, prefilling, state.prefill_last)), batch
+    return dataclasses.replace(state, prefill_last=jnp.where(work, prefilling, state.prefill_last)), batch, carry
 
 
 def passes(batch: Batch, mode: str) -> tuple[Batch, ...]:
@@ -222,7 +261,7 @@ def run(requests: Requests, knobs: BatcherKnobs, config: BatcherConfig, mechanis
     def step(c, _):
         st, carry = c
         active = go(st)
-        new, b = schedule(st, requests, knobs, config)
+        new, b, admitted_carry = schedule_with(st, requests, knobs, config, mechanism.admit, carry)
         new = dataclasses.replace(new, slots=keep(active, new.slots, st.slots),
                                   admitted=keep(active, new.admitted, st.admitted), now=keep(active, new.now, st.now),
                                   kv_used_tokens=keep(active, new.kv_used_tokens, st.kv_used_tokens),
@@ -230,7 +269,7 @@ def run(requests: Requests, knobs: BatcherKnobs, config: BatcherConfig, mechanis
                                   overflow=keep(active, new.overflow, st.overflow))
         b = dataclasses.replace(b, decode_mask=b.decode_mask & active, chunk_mask=b.chunk_mask & active,
                                 chunk_emits=b.chunk_emits & active)
-        us, new_carry = mechanism.iteration(carry, new, b, st.iterations)
+        us, new_carry = mechanism.iteration(admitted_carry, new, b, st.iterations)
         return (advance(new, us, b), keep(active, new_carry, carry)), None
 
     def chunk(c):

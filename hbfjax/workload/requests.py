@@ -46,7 +46,10 @@ lifetime labels are carried through, indices remapped to the stream's order):
 In every replay ``knobs.rate_factor`` divides the trace's time axis (arrivals, gaps and session
 rate): "scale" is not a separate mode but this knob, combinable with each mode. At 1 the trace's
 times are reproduced exactly (rounded to whole µs); otherwise the scaled gaps are rounded to 1/16 µs
-and summed exactly on the two-part clock.
+and summed exactly on the two-part clock. It does not change how many sessions overlap:
+``knobs.session_rate_factor`` (bootstrap only) multiplies the session-start rate alone, internal gaps
+unchanged, so it sets the concurrency (HBFlex Fig. 16: concurrent SWE-bench tasks);
+:func:`concurrency_rate_factor` gives the factor of a target mean number of open sessions.
 
 Padding requests (``valid`` False) have arrival and root start ``clock.never()``, zero lengths and
 prefix, ``session`` their own index and ``parent`` −1. R is static: the serving layer asks for warm-up
@@ -197,23 +200,27 @@ class RequestKnobs:
     rate_factor: jax.Array  # float32[] replay: the trace's time axis is divided by this
     prompt: LengthKnobs
     output: LengthKnobs
+    session_rate_factor: jax.Array  # float32[] bootstrap: session starts × this (internal gaps unchanged)
 
     @classmethod
     def make(cls, rate_per_s=1.0, cv=1.0, batch=1, rate_factor=1.0, prompt: LengthKnobs | None = None,
-             output: LengthKnobs | None = None) -> "RequestKnobs":
+             output: LengthKnobs | None = None, session_rate_factor=1.0) -> "RequestKnobs":
         """Validated knobs: rate in (0, 1e6] /s, cv in [0.1, 4] (gamma shape 1/cv² in [1/16, 100]), batch in
-        [1, 2^17], rate factor in (0, 1e3]; lengths default to DASH's 1K prompt / 128 output tokens."""
+        [1, 2^17], rate factor in (0, 1e3], session rate factor in (0, 1e6]; lengths default to DASH's
+        1K prompt / 128 output tokens."""
         c = cls.__name__
         rate = require_real(c, "rate_per_s", rate_per_s, 0.0, 1e6, lo_open=True)
         cv = require_real(c, "cv", cv, 0.1, 4.0)
         batch = require_int(c, "batch", batch, 1, MAX_REQUESTS)
         factor = require_real(c, "rate_factor", rate_factor, 0.0, 1e3, lo_open=True)
+        sessions = require_real(c, "session_rate_factor", session_rate_factor, 0.0, 1e6, lo_open=True)
         prompt = LengthKnobs.make(1024, owner=f"{c}.prompt") if prompt is None else prompt
         output = LengthKnobs.make(128, owner=f"{c}.output") if output is None else output
         for name, value in (("prompt", prompt), ("output", output)):
             require(isinstance(value, LengthKnobs), c, name, type(value).__name__, "must be a LengthKnobs (LengthKnobs.make)")
         return cls(rate_per_s=jnp.float32(rate), cv=jnp.float32(cv), batch=jnp.int32(batch),
-                   rate_factor=jnp.float32(factor), prompt=prompt, output=output)
+                   rate_factor=jnp.float32(factor), prompt=prompt, output=output,
+                   session_rate_factor=jnp.float32(sessions))
 
 
 def check_knobs(knobs: RequestKnobs, config: RequestsConfig) -> None:
@@ -466,7 +473,8 @@ def rotated(inputs: TraceInputs, phase: Clock, requests: int, rate_factor=1.0) -
 
 def _bootstrap(seed, stream, knobs: RequestKnobs, inputs: TraceInputs, config: RequestsConfig) -> Requests:
     """``bootstrap`` replay: M sessions drawn with replacement, started by a Poisson process at the trace's
-    session rate × rate factor, each keeping its internal gaps (÷ rate factor), lengths and prefixes."""
+    session rate × rate factor × session rate factor, each keeping its internal gaps (÷ rate factor),
+    lengths and prefixes."""
     m_count, width = config.bootstrap_sessions, inputs.turns.shape[1]
     slots = m_count * width
     if slots > MAX_BOOTSTRAP_SLOTS:
@@ -475,7 +483,8 @@ def _bootstrap(seed, stream, knobs: RequestKnobs, inputs: TraceInputs, config: R
                           "draw fewer sessions or replay with 'offset'")
     factor = knobs.rate_factor
     m = jnp.arange(m_count + 1, dtype=jnp.int32)
-    mean_gap_us = clock.diff_us(inputs.period, clock.zeros()) / inputs.sessions.astype(jnp.float32) / factor
+    mean_gap_us = (clock.diff_us(inputs.period, clock.zeros()) / inputs.sessions.astype(jnp.float32)
+                   / (factor * knobs.session_rate_factor))
     gaps = rng.exponential(rng.mix(seed, stream, m, Salt.REQ_BOOT_START)) * mean_gap_us
     starts = clock.cumsum(_clock_steps(jnp.round(gaps * _TICK_PER_US) / _TICK_PER_US))  # Clock[M + 1]
     pick = rng.uniform_index(rng.mix(seed, stream, m[:-1], Salt.REQ_BOOT_SESSION), inputs.sessions)
@@ -501,6 +510,30 @@ def _bootstrap(seed, stream, knobs: RequestKnobs, inputs: TraceInputs, config: R
     parent = jnp.where(parent_src >= 0, position[row_start + inputs.turn[jnp.maximum(parent_src, 0)]], -1)
     session = position[row_start]  # the root is turn 0 of its row
     return _finish(arrival, src_flat, valid, parent, session, inputs.prefix_tokens[src_flat], inputs)
+
+
+def session_spans_us(inputs: TraceInputs) -> np.ndarray:
+    """Host float64[S] µs each trace session is open (at rate factor 1): its last turn's arrival − its
+    root's, plus one mean gap between turns (the trace's mean over non-root turns; the trace's mean
+    inter-arrival gap P/n if no session has two turns), which stands for the last turn's service and
+    follow-up without needing service times."""
+    turns = np.asarray(inputs.turns)
+    count = int(inputs.count)
+    turn = np.asarray(inputs.turn)[:count]
+    gaps = np.asarray(inputs.gap_us, np.float64)[:count][turn > 0]
+    mean_gap = gaps.mean() if gaps.size else clock.to_us(inputs.period) / count
+    last = turns[np.arange(turns.shape[0]), (turns >= 0).sum(axis=1) - 1]
+    return clock.to_us(inputs.since_root)[last] + mean_gap
+
+
+def concurrency_rate_factor(inputs: TraceInputs, concurrency: float) -> float:
+    """The ``session_rate_factor`` at which a ``bootstrap`` replay has ``concurrency`` sessions open on
+    average (HBFlex Fig. 16): by Little's law, open sessions = session start rate × mean span
+    (:func:`session_spans_us`), with starts at S/P × factor (independent of ``rate_factor``, which
+    multiplies the start rate and divides the spans)."""
+    target = require_real("concurrency_rate_factor", "concurrency", concurrency, 0.0, float(MAX_REQUESTS), lo_open=True)
+    per_us = int(inputs.sessions) / float(clock.to_us(inputs.period))
+    return target / (per_us * float(session_spans_us(inputs).mean()))
 
 
 def replay(seed, stream, knobs: RequestKnobs, inputs: TraceInputs, config: RequestsConfig) -> Requests:
