@@ -55,6 +55,8 @@ class Salt(IntEnum):
     # Folded into the wave's words, so its stripe start planes (drawn with PLACE_RANDOM, like collide's
     # random pages) never repeat another read's draws on the same words.
     WAVE_STRIPE = 130
+    WAVE_TABLE = 131  # the tabulated wave law's own draws (wave.tabulate)
+    WAVE_DRAW = 132  # a serving pass's quantile of the tabulated law (hbflex_system)
     # erase: GC victims and workloads (hbfjax.flash.erase.gc, gc_overwrite, kv_lifetimes)
     GC_RANDOM_VICTIM = 0x6C
     OVERWRITE_UNIFORM = 0x77

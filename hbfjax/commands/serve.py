@@ -11,8 +11,9 @@ import numpy as np
 
 from hbfjax import batch, traces
 from hbfjax.commands._common import add_common_args, emit
+from hbfjax.memory import hbf_packages
 from hbfjax.memory import organisations as orgs
-from hbfjax.serve import load, metrics, offload_system, system
+from hbfjax.serve import hbflex_system, load, metrics, offload_system, system
 from hbfjax.serve.state import MODES, BatcherConfig, BatcherKnobs
 from hbfjax.reports import mean_ci_fields
 from hbfjax.validate import ConfigError, number
@@ -41,8 +42,19 @@ expert over PCIe Gen5 x16 and computes it on the GPU; cpu-compute runs it on a X
 one expert per core under --cores; hybrid is the per-layer oracle over CPU/GPU splits (a lower bound).
 They compile apart from the HBF organisations and report request metrics only.
 
-Not modelled yet: plane collisions between HBF reads and programs, GC, prefix reuse; for the CPU
-systems, CPU dispatch overhead, PCIe setup latency, reuse of streamed experts, KV writes.
+The organisations of HBFlex's evaluation (HBFlex §6.1: hbflex, naive-hbf, h3, fa-cli, fa-csi, is; six
+stack sites of an H200-class GPU) serve on the same engine with each request's KV managed as the HBFlex
+runtime sees it: KV retained after a request ends and reused by its session's later turns in whole
+logical pages, sessions evicted least recently used at 90 % of the HBF KV room; HBF KV reads through
+plane collisions (random pages or plane-balanced stripes, placement-aware scheduling, hot-plane offload
+to SRAM or HBM); new KV programmed immediately, in stripes or inside read-free windows with weight
+prefetch (forced writeback when the SRAM budget is exceeded); a scaled block store per stream whose GC
+migrations are added to the iterations. --disable turns HBFlex mechanisms off for an ablation. They use
+HBFlex's 1-byte KV elements and compile apart from the DASH organisations.
+
+Not modelled yet: plane collisions between DASH reads and programs; shared-prefix replicas; data and
+tensor parallelism (one GPU and package per stream); for the CPU systems, CPU dispatch overhead, PCIe
+setup latency, reuse of streamed experts, KV writes.
 
 Units: times in s (E2E, TTFT) and ms (TPOT), throughput in output tokens per second over the measured
 requests (first measured arrival to last measured finish); decode_tokens_per_s is B·(L_out − 1) / T_decode
@@ -52,7 +64,8 @@ time (iterations with work); occupancies are time averages over the busy time.
 """
 
 CPU_SYSTEMS = ("cpu-stream", "cpu-compute", "hybrid")  # DASH §VI-C baselines (offload_system.SYSTEMS)
-SYSTEMS = tuple(orgs.ORGANISATIONS) + CPU_SYSTEMS
+HBFLEX_SYSTEMS = tuple(hbf_packages.PACKAGES)  # HBFlex §6.1 organisations (hbflex_system)
+SYSTEMS = tuple(orgs.ORGANISATIONS) + HBFLEX_SYSTEMS + CPU_SYSTEMS
 
 
 def register(subparsers) -> None:
@@ -63,7 +76,8 @@ def register(subparsers) -> None:
     p.add_argument("--cores", type=number(int, 1, 4096), default=32,
                    help="host cores the CPU systems may use (default 32, DASH Fig. 10(b))")
     p.add_argument("--model", choices=sorted(models.PRESETS), default="qwen3-235b-a22b", help="model preset")
-    p.add_argument("--gpu", choices=sorted(gpus.PRESETS), default="h100-pcie", help="GPU preset (DASH: H100 PCIe)")
+    p.add_argument("--gpu", choices=sorted(gpus.PRESETS), default=None,
+                   help="GPU preset (default: h100-pcie, DASH's; h200 when only HBFlex organisations are served)")
     w = p.add_argument_group("workload (a fixed batch unless --rate or --trace is given)")
     w.add_argument("--batch", type=number(int, 1, rq.MAX_REQUESTS), default=4, help="fixed batch size B (default 4)")
     w.add_argument("--prompt", type=number(int, 1, rq.MAX_TOKENS), default=1024, help="prompt tokens L_in (default 1024)")
@@ -79,6 +93,9 @@ def register(subparsers) -> None:
                    help="replay a request trace (arrivals and lengths; a path or a name from `hbfjax traces`)")
     w.add_argument("--rate-factor", type=number(float, 0.0, 1e3, lo_open=True), default=1.0,
                    help="with --trace: divide the trace's time axis by this (default 1)")
+    w.add_argument("--concurrency", type=number(float, 0.0, 1e6, lo_open=True), default=None,
+                   help="with --trace: resample its sessions (bootstrap) with session starts at the rate that keeps "
+                        "this many sessions open on average (HBFlex Fig. 16: concurrent SWE-bench tasks)")
     w.add_argument("--requests", type=number(int, 1, rq.MAX_REQUESTS), default=1152,
                    help="requests per stream with --rate or --trace (default 1,152 = DASH §VI-E's 128 + 1,024)")
     w.add_argument("--warmup", type=number(int, 0, rq.MAX_REQUESTS), default=128,
@@ -110,6 +127,12 @@ def register(subparsers) -> None:
     h.add_argument("--hbm-kv-budget-gb", type=number(float, 0.0, 1e6), default=None,
                    help="HBM-resident KV (GB) above which decode KV is written back to HBF "
                         "(default: the HBM the placed weights leave; DASH §VI-F states 24.46 GB for Llama 4 Maverick)")
+    x = p.add_argument_group("HBFlex organisations (HBFlex §5)")
+    x.add_argument("--disable", default="", metavar="LIST",
+                   help="comma-separated HBFlex mechanisms to turn off: " + ",".join(hbf_packages.MECHANISMS))
+    x.add_argument("--kv-room-gb", type=number(float, 0.0, 1e6, lo_open=True), default=None,
+                   help="HBF KV room per package in GB (default: the HBF the weights leave); a smaller room makes "
+                        "a short run evict and collect as a long one does")
     add_common_args(p, default_streams=64)
     p.set_defaults(func=run)
 
@@ -145,9 +168,14 @@ def _workload(args) -> tuple[rq.RequestsConfig, rq.RequestKnobs, rq.TraceInputs 
         config = rq.RequestsConfig(requests=args.requests, arrivals="poisson")
         return config, rq.RequestKnobs.make(rate_per_s=args.rate, **lengths), None, args.slots or 32, args.warmup
     trace = traces.load_trace(traces.resolve(args.trace))
-    config = rq.RequestsConfig(requests=args.requests, arrivals="trace")
     inputs = rq.TraceInputs.from_trace(trace, args.requests)
-    return config, rq.RequestKnobs.make(rate_factor=args.rate_factor), inputs, args.slots or 32, args.warmup
+    if args.concurrency is None:
+        config = rq.RequestsConfig(requests=args.requests, arrivals="trace")
+        return config, rq.RequestKnobs.make(rate_factor=args.rate_factor), inputs, args.slots or 32, args.warmup
+    config = rq.RequestsConfig(requests=args.requests, arrivals="trace", replay="bootstrap")
+    factor = rq.concurrency_rate_factor(inputs, args.concurrency)
+    knobs = rq.RequestKnobs.make(rate_factor=args.rate_factor, session_rate_factor=factor)
+    return config, knobs, inputs, args.slots or 32, args.warmup
 
 
 def _config(args, model) -> tuple[system.ServeConfig, rq.RequestKnobs, rq.TraceInputs | None, int]:
@@ -181,9 +209,39 @@ def _report(o, org, warmup: int, online: bool, slo) -> dict:
     return {**s, **run, "utilisation": util, **extra}
 
 
+def _hbflex_packages(names, args) -> list[hbf_packages.Package]:
+    off = [m for m in args.disable.split(",") if m]
+    packages = [hbf_packages.package(n) for n in names]
+    return [p._replace(policy=hbf_packages.disable(p.policy, off)) if off else p for p in packages]
+
+
+def _run_hbflex(names, args, config, gpu, batcher, request_knobs, run_kw, warmup, online, slo) -> dict:
+    """The HBFlex organisations as one compilation; their JSON by name."""
+    model = config.model.with_kv_precision(models.HBFLEX_KV_BYTES_PER_ELEMENT)
+    hconfig = hbflex_system.HbflexConfig(serve=dataclasses.replace(config, model=model))
+    packages = _hbflex_packages(names, args)
+    points = [hbflex_system.HbflexKnobs.make(p, gpu, batcher, request_knobs,
+                                             kv_room_bytes=None if args.kv_room_gb is None else args.kv_room_gb * 1e9)
+              for p in packages]
+    out = _run_points(hbflex_system.simulate, points, args, hconfig, run_kw)
+    result = {}
+    for k, name in enumerate(names):
+        o = jax.tree_util.tree_map(lambda a, k=k: a[:, k], out) if len(points) > 1 else out
+        extra = hbflex_system.report(o)
+        result[name] = {**_report(o.serve, packages[k].org, warmup, online, slo), **mean_ci_fields(extra, tuple(extra))}
+    return result
+
+
 def run(args) -> int:
     model = models.preset(args.model)
     config, request_knobs, inputs, warmup = _config(args, model)
+    hbflex_names = [n for n in args.system if n in HBFLEX_SYSTEMS]
+    if args.gpu is None:
+        args.gpu = "h200" if len(hbflex_names) == len(args.system) else "h100-pcie"
+    if (args.disable or args.kv_room_gb is not None) and not hbflex_names:
+        raise ConfigError("--disable/--kv-room-gb: apply to the HBFlex organisations " + ", ".join(HBFLEX_SYSTEMS))
+    if args.concurrency is not None and args.trace is None:
+        raise ConfigError("--concurrency: needs --trace (it resamples the trace's sessions)")
     gpu = timing.GpuKnobs.make(args.gpu)
     batcher = BatcherKnobs.make(chunk_tokens=args.chunk_tokens, token_budget=args.token_budget)
     if args.allow_roofline and args.profile_table is None:
@@ -208,7 +266,7 @@ def run(args) -> int:
                        "reference_backlogged_requests_per_s": mean, "ci95_reference_backlogged_requests_per_s": ci,
                        "offered_rate_per_s": rate}
     by_name = {}
-    org_names = [n for n in args.system if n not in CPU_SYSTEMS]
+    org_names = [n for n in args.system if n not in CPU_SYSTEMS and n not in HBFLEX_SYSTEMS]
     run_kw = dict(inputs=inputs, chunk_streams=args.chunk_streams, progress=args.chunk_streams is not None)
     if org_names:
         budget = None if args.hbm_kv_budget_gb is None else args.hbm_kv_budget_gb * 1e9
@@ -222,6 +280,11 @@ def run(args) -> int:
         for k, name in enumerate(org_names):
             o = jax.tree_util.tree_map(lambda a, k=k: a[:, k], out) if len(points) > 1 else out
             by_name[name] = _report(o, org_knobs[k], warmup, online, slo)
+    if hbflex_names:
+        if args.profile_table is not None:
+            raise ConfigError("--profile-table: applies to the DASH organisations only, not to " + " ".join(hbflex_names))
+        by_name.update(_run_hbflex(hbflex_names, args, config, gpu, batcher, request_knobs, run_kw, warmup, online,
+                                   slo))
     if cpu_names:
         kv_tokens = config.batcher.slots * (args.prompt + args.output) if inputs is None else None
         if inputs is not None:  # a trace: the slots × its longest request

@@ -65,6 +65,9 @@ class Mechanism(NamedTuple):
     init: Callable[[], Any]
     iteration: Callable[[Any, ServeState, Batch, jax.Array], tuple[jax.Array, Any]]
     admit: Callable[[Any, ServeState, jax.Array], tuple[jax.Array, Any]] | None = None
+    # ``every_chunk(carry)`` (optional): amortised work once per chunk of ``scan_chunk`` iterations (e.g.
+    # GC, DESIGN.md §5 "GC every chunk"); a stream that had stopped before the chunk keeps its carry
+    every_chunk: Callable[[Any], Any] | None = None
 
 
 def stateless(pass_us: PassTime, mode: str) -> Mechanism:
@@ -274,7 +277,11 @@ def run(requests: Requests, knobs: BatcherKnobs, config: BatcherConfig, mechanis
 
     def chunk(c):
         (st, carry), chunks = c
-        return jax.lax.scan(step, (st, carry), length=scan_chunk)[0], chunks + 1
+        live = go(st)
+        st, carry = jax.lax.scan(step, (st, carry), length=scan_chunk)[0]
+        if mechanism.every_chunk is not None:
+            carry = keep(live, mechanism.every_chunk(carry), carry)
+        return (st, carry), chunks + 1
 
     # every chunk of a live stream holds an iteration with work; the chunk count only guards the loop
     start = (init(requests.valid.shape[0], config), mechanism.init())

@@ -203,3 +203,60 @@ def wave_sample(words: tuple, pages: jax.Array, knobs: WaveKnobs, config: WaveCo
     amplification = jnp.where(ideal > 0, waves.astype(jnp.float32) / jnp.maximum(ideal, 1).astype(jnp.float32), 1.0)
     return WaveSample(waves=waves, ideal_waves=ideal, amplification=amplification, offloaded_pages=offloaded,
                       pages=n)
+
+
+# --- a tabulated wave law: the serving step's cheap draw ------------------------------------------
+
+TABLE_LEVELS = 24  # wave sizes tabulated, geometric from 1 page to P
+TABLE_SAMPLES = 256  # draws per size
+
+
+class WaveTable(NamedTuple):
+    """The law of one wave's sensing rounds at ``TABLE_LEVELS`` sizes, from ``TABLE_SAMPLES`` exact draws each
+    (:func:`wave_sample`), for a serving step that cannot afford an O(P) draw per pass."""
+
+    pages: jax.Array  # f32[L] tabulated wave sizes: round(P^(l / (L − 1))), 1 … P
+    waves: jax.Array  # f32[L, S] sensing rounds of the draws at each size, ascending
+    offloaded: jax.Array  # f32[L, S] offloaded pages of the same draws (in the waves' order)
+    planes: jax.Array  # f32[] P
+
+
+@jax.jit
+def _table_draws(words, sizes, knobs: WaveKnobs, planes_hint):
+    config = WaveConfig(planes=planes_hint.shape[0], max_group_size=planes_hint.shape[0])
+    draw = jnp.arange(TABLE_SAMPLES, dtype=jnp.uint32)
+
+    def at(size):
+        return jax.vmap(lambda d: wave_sample((*words, size, d), size, knobs, config))(draw)
+
+    out = jax.vmap(at)(sizes)
+    order = jnp.argsort(out.waves, axis=1, stable=True)
+    take = lambda a: jnp.take_along_axis(a, order, axis=1).astype(jnp.float32)  # noqa: E731
+    return take(out.waves), take(out.offloaded_pages)
+
+
+def tabulate(knobs: WaveKnobs, planes: int, seed: int = 0) -> WaveTable:
+    """The tabulated law of waves on ``planes`` planes under ``knobs`` (host call; one compilation per
+    plane count). Its draws use their own salt, apart from the streams' words."""
+    require_int("tabulate", "planes", planes, 1, MAX_PLANES // MAX_CANDIDATES)
+    sizes = np.unique(np.round(planes ** (np.arange(TABLE_LEVELS) / (TABLE_LEVELS - 1))).astype(np.int64))
+    sizes = np.interp(np.linspace(0, len(sizes) - 1, TABLE_LEVELS), np.arange(len(sizes)), sizes).round()
+    words = (jnp.uint32(seed), jnp.uint32(Salt.WAVE_TABLE))
+    waves, offloaded = _table_draws(words, jnp.asarray(sizes, jnp.int32), knobs, jnp.zeros(planes, jnp.int8))
+    return WaveTable(pages=jnp.asarray(sizes, jnp.float32), waves=waves, offloaded=offloaded,
+                     planes=jnp.float32(planes))
+
+
+def draw(table: WaveTable, pages, u) -> tuple[jax.Array, jax.Array]:
+    """(waves, offloaded pages), float32[], of one wave of ``pages`` (0 … P) drawn from ``table`` with the
+    uniform ``u``: the u-quantile at the two tabulated sizes around ``pages``, interpolated linearly
+    in size. An empty wave has 0 waves."""
+    n = jnp.clip(jnp.asarray(pages, jnp.float32), 0.0, table.planes)
+    s = table.waves.shape[1]
+    idx = jnp.clip((jnp.asarray(u, jnp.float32) * s).astype(jnp.int32), 0, s - 1)
+    hi = jnp.clip(jnp.searchsorted(table.pages, n, side="left"), 1, table.pages.shape[0] - 1)
+    lo = hi - 1
+    t = jnp.clip((n - table.pages[lo]) / jnp.maximum(table.pages[hi] - table.pages[lo], 1.0), 0.0, 1.0)
+    mix_ = lambda a: (1.0 - t) * a[lo, idx] + t * a[hi, idx]  # noqa: E731
+    empty = n <= 0
+    return jnp.where(empty, 0.0, mix_(table.waves)), jnp.where(empty, 0.0, mix_(table.offloaded))
