@@ -35,7 +35,8 @@ TRACES = {"swebench": "swebench_miniswe_agent.csv", "mooncake": "mooncake_conver
 STANDS_IN_FOR = {"swebench": "SWE-bench", "mooncake": "Bailian To-C", "azure-code": "Bailian Coding"}
 BASELINES = ("naive-hbf", "h3", "fa-cli", "fa-csi", "is")
 STAGES = ("+placement+balancing", "+writeback")  # Table 2's middle stages (naive-hbf and hbflex are the ends)
-POINTS = ("hbflex",) + BASELINES + STAGES
+ORGANISATIONS = ("hbflex",) + BASELINES
+POINTS = ORGANISATIONS + STAGES
 
 
 def packages() -> dict[str, hbf_packages.Package]:
@@ -49,7 +50,7 @@ def packages() -> dict[str, hbf_packages.Package]:
 
 
 def config(model: str, *, slots: int, requests: int, replay: str = "offset", max_iterations: int = 200_000,
-           scan_chunk: int = 64) -> hbflex_system.HbflexConfig:
+           scan_chunk: int = 16) -> hbflex_system.HbflexConfig:
     """An HbflexConfig as ``hbfjax serve`` builds it, at HBFlex's 1-byte KV elements."""
     spec = models.preset(model).with_kv_precision(models.HBFLEX_KV_BYTES_PER_ELEMENT)
     serve = system.ServeConfig(model=spec, batcher=BatcherConfig(slots=slots),

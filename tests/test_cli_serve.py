@@ -72,3 +72,28 @@ def test_serve_offers_a_load_relative_to_the_reference_backlogged_throughput(cap
     assert abs(out["offered_rate_per_s"] - 0.5 * out["reference_backlogged_requests_per_s"]) < 1e-9
     assert main(["serve", "--load", "0.5", "--rate", "1"]) == 2
     assert "--rate and --load: give one" in capsys.readouterr().err
+
+
+def test_serve_hbflex_organisations_report_the_hbf_keys_and_refuse_bad_options(capsys):
+    args = ["serve", "--system", "hbflex", "naive-hbf", "--model", "deepseek-v3", "--trace", "azure_llm_2023_code.csv",
+            "--requests", "12", "--warmup", "2", "--slots", "4", "--streams", "2", "--json"]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["gpu"] == "h200"  # HBFlex §6.1's GPU when only HBFlex organisations are served
+    hbflex, naive = out["systems"]
+    for s in (hbflex, naive):
+        for key in ("ttft_s", "tpot_ms", "throughput_tokens_per_s", "waf", "read_wave_amplification",
+                    "write_stall_us_per_iteration", "sram_peak_bytes", "prefix_hit_tokens_fraction", "evicted_sessions",
+                    "ci95_waf", "utilisation", "write_stall_s"):
+            assert key in s, key
+    assert naive["write_stall_us_per_iteration"] > hbflex["write_stall_us_per_iteration"]  # immediate vs window
+    assert naive["read_wave_amplification"] > hbflex["read_wave_amplification"]  # random vs balanced + runtime
+    assert main(args[:-1] + ["--disable", "writeback", "--json"]) == 0
+    off = json.loads(capsys.readouterr().out)["systems"][0]
+    assert off["write_stall_us_per_iteration"] > 0
+    assert main(["serve", "--system", "dash", "--disable", "writeback"]) == 2
+    assert "--disable/--kv-room-gb: apply to the HBFlex organisations" in capsys.readouterr().err
+    assert main(["serve", "--system", "hbflex", "--concurrency", "8"]) == 2
+    assert "--concurrency: needs --trace" in capsys.readouterr().err
+    assert main(args[:-1] + ["--disable", "magic"]) == 2
+    assert "--disable 'magic': must be among" in capsys.readouterr().err

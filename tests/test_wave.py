@@ -241,3 +241,23 @@ def test_bad_config_and_knobs_are_refused_with_the_field():
                           (dict(group_size=3, config=config), "group_size = 3")]:
         with pytest.raises(ConfigError, match=field):
             w.WaveKnobs.make(**kwargs)
+
+
+def test_the_tabulated_law_reproduces_its_draws_and_interpolates_between_sizes():
+    knobs = w.WaveKnobs.make(balanced=1.0, scheduled=0.0, group_size=8)
+    table = w.tabulate(knobs, 64)
+    assert float(table.pages[0]) == 1 and float(table.pages[-1]) == 64
+    assert np.all(np.diff(np.asarray(table.waves), axis=1) >= 0)  # each row ascending
+    s = table.waves.shape[1]
+    u = (np.arange(s) + 0.5) / s
+    at_full = jax.vmap(lambda q: w.draw(table, 64, q))(u)[0]
+    np.testing.assert_array_equal(np.asarray(at_full), np.asarray(table.waves[-1]))  # a tabulated size: its draws
+    k = 10  # between two tabulated sizes: between their quantiles, linearly in size
+    lo, hi = np.searchsorted(np.asarray(table.pages), 40) - 1, np.searchsorted(np.asarray(table.pages), 40)
+    got = float(w.draw(table, 40, u[k])[0])
+    a, b = float(table.waves[lo, k]), float(table.waves[hi, k])
+    assert min(a, b) <= got <= max(a, b)
+    assert float(w.draw(table, 0, 0.5)[0]) == 0.0
+    # 8 full stripes of 8 pages on 8 groups: the mean of the law is the exact balls-into-bins maximum
+    mean, se = float(table.waves[-1].mean()), float(table.waves[-1].std()) / np.sqrt(s)
+    assert abs(mean - expected_max_load(8, 8)) <= Z * se

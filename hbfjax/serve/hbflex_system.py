@@ -152,7 +152,8 @@ class HbfTotals(NamedTuple):
     offloaded_bytes: jax.Array  # KV read from SRAM or HBM instead of hot planes (every layer)
     passes: jax.Array  # passes with work
     retention_write_bytes: jax.Array  # HBM-resident KV moved to HBF when its request is retained
-    shared_hit_tokens: jax.Array  # prompt tokens reused from a running turn of the same session
+    shared_hit_tokens: jax.Array  # prompt tokens reused from a running turn of the same session (before page rounding)
+    hit_tokens: jax.Array  # prompt tokens reused in all (whole logical pages), not prefilled
 
 
 _IS_MAX = np.array([name.endswith("_peak_bytes") for name in HbfTotals._fields])
@@ -297,6 +298,7 @@ def mechanism(words: tuple, reqs: rq.Requests, knobs: HbflexKnobs, config: Hbfle
         shared = jnp.maximum(shared - reused, 0)
         reused = (reused + shared) // tokens_per_page * tokens_per_page  # whole logical pages (HBFlex §3.1)
         hbf_sums = hbf_sums.at[HbfTotals._fields.index("shared_hit_tokens")].add(shared.sum().astype(jnp.float32))
+        hbf_sums = hbf_sums.at[HbfTotals._fields.index("hit_tokens")].add(reused.sum().astype(jnp.float32))
         return reused, carry._replace(cache=cache, block_bytes=block_bytes, hbf_sums=hbf_sums)
 
     def one_pass(carry: _Carry, kv_tokens, batch, draw):
@@ -358,7 +360,7 @@ def mechanism(words: tuple, reqs: rq.Requests, knobs: HbflexKnobs, config: Hbfle
             kv_read_stall_us=z(layers * jnp.maximum(wave_us - byte_us, 0.0)), write_stall_us=z(stall), gc_us=z(0.0), forced_writebacks=z(hw.forced_writebacks),
             sram_overflow_passes=z(others > sram), sram_peak_bytes=z(jnp.minimum(others, sram) + hw.buffer_peak_bytes),
             offloaded_bytes=z(layers * offloaded * page * reads), passes=z(work),
-            retention_write_bytes=z(0.0), shared_hit_tokens=z(0.0))
+            retention_write_bytes=z(0.0), shared_hit_tokens=z(0.0), hit_tokens=z(0.0))
         keep = lambda a, b: jax.tree_util.tree_map(lambda x, y: jnp.where(work, x, y), a, b)  # noqa: E731
         serve_sums, serve_comp = system._accumulate(carry.serve_sums, carry.serve_comp, add_serve)
         carry = carry._replace(kv=keep(new_kv, kv), writes=keep(new_writes, st_writes), block_bytes=keep(block_bytes, carry.block_bytes),
@@ -444,8 +446,7 @@ def report(out: HbflexOutput) -> dict:
         "sram_peak_bytes": h["sram_peak_bytes"],
         "sram_overflow_passes": h["sram_overflow_passes"],
         "forced_writebacks": h["forced_writebacks"],
-        "prefix_hit_tokens_fraction": (kv_cache.tally_value(c.hit_tokens) + h["shared_hit_tokens"]) / np.maximum(
-            kv_cache.tally_value(c.prompt_tokens), 1.0),
+        "prefix_hit_tokens_fraction": h["hit_tokens"] / np.maximum(kv_cache.tally_value(c.prompt_tokens), 1.0),
         "evicted_sessions": np.asarray(c.evicted, np.float64),
         "retention_write_gb": h["retention_write_bytes"] * 1e-9,
     }

@@ -1,0 +1,144 @@
+"""The HBFlex organisations served on the engine (hbfjax.serve.hbflex_system): hand-traced reuse and
+write stalls, H3's HBM-only request KV, eviction under a small KV room, Little's law, one compilation
+for the six organisations on common random numbers, and the tabulated wave law against exact draws."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from _compiles import compilations
+from _tiny_models import GQA
+from hbfjax import batch as hb
+from hbfjax import clock, traces
+from hbfjax.memory import hbf_packages as hp
+from hbfjax.serve import hbflex_system as hs
+from hbfjax.serve import metrics, system
+from hbfjax.serve.state import BatcherConfig, BatcherKnobs
+from hbfjax.workload import timing
+from hbfjax.workload import requests as rq
+
+CHUNK = 64
+Z = 4.5  # false-alarm rate ~7e-6 per two-sided check
+
+
+def _config(requests: int, slots: int = 4, model=GQA, replay: str = "exact", wave_draw: str = "table"):
+    serve = system.ServeConfig(model=model, batcher=BatcherConfig(slots=slots),
+                               requests=rq.RequestsConfig(requests, arrivals="trace", replay=replay),
+                               max_pass_tokens=system.pass_token_bound(slots, CHUNK, 4 * CHUNK), max_iterations=20_000,
+                               scan_chunk=16)
+    return hs.HbflexConfig(serve=serve, wave_draw=wave_draw)
+
+
+def _knobs(name: str, kv_room_bytes=None, package=None):
+    return hs.HbflexKnobs.make(package or hp.package(name), timing.GpuKnobs.make("h200"),
+                               BatcherKnobs.make(chunk_tokens=CHUNK, token_budget=4 * CHUNK), rq.RequestKnobs.make(),
+                               kv_room_bytes=kv_room_bytes)
+
+
+def _swebench(tmp_path, rows) -> rq.TraceInputs:
+    """A SWE-bench-format trace (chars at 4 per token) of ``rows`` = (session, t_s, in, out, prefix) tokens."""
+    lines = [f"{s},{int(t * 1e6)},{4 * i},{4 * o},{4 * p}" for s, t, i, o, p in rows]
+    path = tmp_path / "sessions.csv"
+    path.write_text("session_id,timestamp_us,input_chars,output_chars,prefix_chars_shared_with_previous_turn\n"
+                    + "\n".join(lines) + "\n")
+    return rq.TraceInputs.from_trace(traces.load_trace(path), len(rows))
+
+
+def test_a_later_turn_reuses_its_sessions_retained_kv_in_whole_logical_pages(tmp_path):
+    # turn 1: 100 prompt + 10 output tokens; turn 2, long after, shares 110 tokens with it: min(prefix 110,
+    # held 110, prompt − 1 = 149) = 110 tokens, cut to whole 16-token logical pages: 96 reused
+    trace = _swebench(tmp_path, [("a", 0.0, 100, 10, 0), ("a", 1000.0, 150, 5, 110)])
+    cfg = _config(2)
+    out = hb.run(hs.simulate, 1, 0, _knobs("hbflex"), cfg, inputs=trace)
+    rep = hs.report(out)
+    assert rep["prefix_hit_tokens_fraction"][0] == pytest.approx(96 / 250)
+    no_reuse = hb.run(hs.simulate, 1, 0, _knobs("hbflex", package=hp.Package(
+        hp.hbflex().org, hp.hbflex_policy(logical_page_tokens=256))), cfg, inputs=trace)
+    assert hs.report(no_reuse)["prefix_hit_tokens_fraction"][0] == 0.0  # 110 < one 256-token page
+    # the reused tokens are not prefilled: turn 2 needs ceil(54 / 64) = 1 chunk instead of ceil(150 / 64) = 3
+    assert int(no_reuse.serve.iterations[0]) - int(out.serve.iterations[0]) == 2
+
+
+AZURE_REQUESTS = 48  # the azure-trace tests share one shape (one compilation per process)
+
+
+def _azure():
+    return (rq.TraceInputs.from_trace(traces.load_trace("azure_llm_2023_code.csv"), AZURE_REQUESTS),
+            _config(AZURE_REQUESTS, slots=8, replay="offset"))
+
+
+def test_immediate_writes_stall_one_program_per_layer_and_pass():
+    # naive HBF programs each layer's new KV at once: a few pages on distinct planes, one tPROG per layer
+    trace, cfg = _azure()
+    out = hb.run(hs.simulate, 2, 3, _knobs("naive-hbf"), cfg, inputs=trace)
+    t_prog = float(hp.naive_hbf().org.t_prog_us)
+    passes = np.asarray(out.hbf.passes)
+    np.testing.assert_allclose(np.asarray(out.hbf.write_stall_us), passes * GQA.layers * t_prog, rtol=1e-6)
+    window = hb.run(hs.simulate, 2, 3, _knobs("hbflex"), cfg, inputs=trace)
+    assert np.all(np.asarray(window.hbf.write_stall_us) == 0.0)  # window-aware: nothing forced at this size
+
+
+def test_h3_keeps_request_kv_in_hbm_and_fills_no_hbf_with_it():
+    trace, cfg = _azure()
+    out = hb.run(hs.simulate, 2, 3, _knobs("h3"), cfg, inputs=trace)
+    t = out.serve.totals
+    assert np.all(np.asarray(t.prefill_write_bytes) == 0) and np.all(np.asarray(t.writeback_bytes) == 0)
+    assert np.all(np.asarray(t.max_kv_hbf_bytes) == 0)
+    assert np.all(np.asarray(t.max_kv_hbm_bytes) > 0)
+
+
+def test_a_small_kv_room_evicts_sessions_and_gc_reclaims_their_blocks():
+    trace = rq.TraceInputs.from_trace(traces.load_trace("swebench_miniswe_agent.csv"), 96)
+    cfg = _config(96, slots=8, replay="offset")
+    room = 40_000 * GQA.kv_bytes_per_token  # above the longest request (36,375 tokens), a few sessions' KV
+    out = hb.run(hs.simulate, 2, 1, _knobs("naive-hbf", kv_room_bytes=room), cfg, inputs=trace)
+    rep = hs.report(out)
+    assert np.all(rep["evicted_sessions"] >= 2)
+    assert np.all(np.asarray(out.blocks.blocks.erases).sum(axis=-1) > 0)  # GC erased blocks
+    assert np.all(rep["waf"] >= 1.0)
+    assert not np.any(np.asarray(out.serve.overflow))
+    held = np.asarray(out.cache.tokens).sum(axis=1)
+    assert np.all(held <= 0.90 * 40_000 + 1)  # after the last chunk's eviction nothing runs: cache ≤ threshold
+
+
+def test_littles_law_holds_in_an_hbflex_replay():
+    trace, cfg = _azure()
+    out = hb.run(hs.simulate, 8, 2, _knobs("hbflex"), cfg, inputs=trace)
+    o = out.serve
+    warmup = 8
+    stream = metrics.per_stream(metrics.times(o.arrival, o.first_token, o.finish, o.tokens_out, o.valid),
+                                metrics.window(AZURE_REQUESTS, warmup, None))
+    little, lam, w = stream["mean_requests_in_system"], stream["arrival_rate_per_s"], stream["e2e_s"]
+    gap = little - lam * w
+    # L = λW over a window holds up to the requests straddling its ends: a few requests' time each
+    bound = 4 * lam * np.max(clock.to_seconds(o.finish) - clock.to_seconds(o.arrival), axis=1) / (AZURE_REQUESTS - warmup)
+    assert np.all(np.abs(gap) <= bound + 1e-9)
+
+
+def test_six_organisations_compile_once_and_share_their_arrivals():
+    trace, cfg = _azure()
+    points = [_knobs(n) for n in hp.PACKAGES]
+    with compilations("simulate") as compiled:
+        out = hb.run(hs.simulate, 2, 4, hb.stack_knobs(points), cfg, inputs=trace, knob_axis=True)
+        hb.run(hs.simulate, 2, 4, hb.stack_knobs(points[::-1]), cfg, inputs=trace, knob_axis=True)
+    assert len(compiled) == 1
+    arrival = np.asarray(clock.to_us(out.serve.arrival))
+    for k in range(1, len(points)):
+        np.testing.assert_array_equal(arrival[:, 0], arrival[:, k])
+    alone = hb.run(hs.simulate, 2, 4, points[1], cfg, inputs=trace)
+    np.testing.assert_array_equal(np.asarray(clock.to_us(alone.serve.finish)),
+                                  np.asarray(clock.to_us(out.serve.finish))[:, 1])
+
+
+def test_the_tabulated_wave_law_matches_exact_draws_in_the_mean():
+    # the serving step's O(1) draw from the tabulated law against one exact O(P) wave per pass
+    trace, _ = _azure()
+    means = {}
+    for mode in ("table", "exact"):
+        out = hb.run(hs.simulate, 32, 6, _knobs("naive-hbf"), _config(AZURE_REQUESTS, slots=8, replay="offset",
+                                                                      wave_draw=mode), inputs=trace)
+        amp = hs.report(out)["read_wave_amplification"]
+        means[mode] = (amp.mean(), amp.std(ddof=1) / np.sqrt(amp.size))
+    (a, sa), (b, sb) = means["table"], means["exact"]
+    assert abs(a - b) <= Z * np.hypot(sa, sb) + 0.02 * b  # + the table's interpolation between sizes (2 %)
