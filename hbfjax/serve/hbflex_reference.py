@@ -16,17 +16,18 @@ network and the DASH write path), it adds in Python floats and loops what ``hbfl
 * the all-HBF writes (``hbf_writes.pass_writes``: immediate, stripe, window with the SRAM budget that
   prefetch, offloaded pages and the GC buffer leave), layer by layer;
 * the KV bytes each session puts in HBF per pass and at retention, appended once per chunk of
-  ``scan_chunk`` loop steps; the GC time of a chunk added to the next iteration.
+  ``scan_chunk`` loop steps into a Python block store (:class:`BlockStore`: open block per lifetime
+  class, LRU-evicted sessions' pages stale, greedy GC moving valid pages to the open block of their
+  class); the GC time of a chunk added to the next iteration.
 
-The scaled block store itself (append, invalidation, greedy GC) is **not** re-implemented: each chunk
-calls ``kv_blocks.write``, ``invalidate`` and ``collect`` (tested on their own against
-``hbfjax.flash.erase.reference``) on the bytes and evictions this reference computed, so WAF and GC time
-check the inputs the engine hands the block store, not the block store. The wave's uniforms come from
-JAX (hashes), the tabulated law is the knobs'; the rest is Python.
+The wave's and the routing's uniforms come from JAX (hashes), as does the tabulated wave law the
+knobs carry; everything else is Python. Where float32 decides a discrete outcome the reference rounds
+as the engine does (the wave interpolation, the block store's pending bytes and GC target).
 """
 
 from __future__ import annotations
 
+import collections
 import math
 import time
 
@@ -172,6 +173,148 @@ class SessionCache:
         return out
 
 
+_FREE, _OPEN, _CLOSED = 0, 1, 2  # block status (gc)
+
+
+class BlockStore:
+    """The scaled KV block store of ``kv_blocks`` (over ``hbfjax.flash.erase.gc``) in Python lists: whole
+    scaled pages appended per chunk into the open block of their class (the session root's lifetime
+    label, or one class), eviction's pages made stale by a generation bump, GC above its trigger taking
+    greedy victims (fewest valid pages, ties by index; ``victims_per_gc`` a round, ``gc_rounds`` rounds)
+    and moving their valid pages to the open block of the victim's class. The free blocks are a queue
+    (new blocks from its head, erased victims onto its tail). float32 where ``kv_blocks`` rounds:
+    the pending bytes, the labels' start times and the GC target."""
+
+    def __init__(self, bc: kv_blocks.KvBlocksConfig, bk: kv_blocks.KvBlocksKnobs, root_start_us: list):
+        f = np.float32
+        b, k, c = bc.n_blocks, bc.pages_per_block, bc.n_labels
+        self.b, self.k, self.c, self.n, self.r = b, k, c, bc.max_writes, bc.sessions
+        self.g, self.rounds = bc.victims_per_gc, bc.gc_rounds
+        self.bpp, self.trigger, self.target = f(bk.bytes_per_page), f(bk.gc_trigger), f(bk.gc_target)
+        aware, interval = float(np.asarray(bk.lifetime_aware)) > 0.5, f(bk.label_interval_us)
+        self.label = [int(np.floor(f(t) / interval)) % c if aware else 0 for t in root_start_us]
+        self.owner = [[None] * k for _ in range(b)]  # (session, generation) or None (stale, unwritten)
+        self.valid, self.status, self.block_class, self.erase_count = [0] * b, [_FREE] * b, [-1] * b, [0] * b
+        self.ring = collections.deque(range(b))  # the free pool, in ring order
+        self.open_block, self.open_ptr = [-1] * c, [k] * c
+        self.pending, self.generation, self.session_pages = [f(0.0)] * self.r, [0] * self.r, [0] * self.r
+        self.host_pages = self.gc_pages = self.invalidated_pages = self.stalled_writes = 0
+        self.overflow = self.unsettled = False
+
+    @property
+    def erases(self) -> int:
+        return sum(self.erase_count)
+
+    def _append(self, pages: list) -> None:
+        """Program ``pages`` ((owner, class) in order) into their classes' open blocks (gc.append)."""
+        k = self.k
+        idx, demand = [], [0] * self.c
+        for _, cls in pages:
+            idx.append(demand[cls])
+            demand[cls] += 1
+        total = [ptr + m for ptr, m in zip(self.open_ptr, demand)]
+        new = [max((t - 1) // k, 0) for t in total]
+        base = [sum(new[:c]) for c in range(self.c)]
+        n_new = sum(new)
+        self.overflow |= n_new > len(self.ring)
+        fresh = [self.ring.popleft() for _ in range(min(n_new, len(self.ring)))]
+        for (owner, cls), i in zip(pages, idx):
+            q, off = divmod(self.open_ptr[cls] + i, k)
+            blk = self.open_block[cls] if q == 0 else fresh[base[cls] + q - 1]
+            self.owner[blk][off] = owner
+            self.valid[blk] += owner is not None
+        for cls in range(self.c):
+            if new[cls] > 0:
+                if self.open_block[cls] >= 0:
+                    self.status[self.open_block[cls]] = _CLOSED
+                for t in range(new[cls]):
+                    blk = fresh[base[cls] + t]
+                    self.status[blk] = _OPEN if t == new[cls] - 1 else _CLOSED
+                    self.block_class[blk] = cls
+                self.open_block[cls] = fresh[base[cls] + new[cls] - 1]
+            self.open_ptr[cls] = total[cls] - new[cls] * k
+
+    def write(self, new_bytes: np.ndarray) -> None:
+        """Each session's new bytes (float32[R]) into its pending bytes; their whole pages appended in
+        session order within the room the free pool leaves GC (kv_blocks.write)."""
+        f = np.float32
+        spare = len(self.ring) - kv_blocks.GC_HEADROOM_BLOCKS - min(self.c, self.n)
+        room = min(max(spare, 0) * self.k, self.n)
+        self.pending = [f(p + b) for p, b in zip(self.pending, new_bytes)]
+        want = [int(np.floor(p / self.bpp)) for p in self.pending]
+        self.stalled_writes += sum(want) > room and room < self.n
+        pages, left = [], room
+        for s, w in enumerate(want):
+            count = min(w, left)
+            left -= count
+            pages += [((s, self.generation[s]), self.label[s])] * count
+            self.pending[s] = f(self.pending[s] - f(count) * self.bpp)
+            self.session_pages[s] += count
+        self._append(pages)
+        self.host_pages += len(pages)
+
+    def invalidate(self, evicted: list) -> None:
+        self.unsettled |= bool(evicted)
+        for s in evicted:
+            self.invalidated_pages += self.session_pages[s]
+            self.generation[s] += 1
+            self.session_pages[s], self.pending[s] = 0, np.float32(0.0)
+
+    def collect(self) -> int:
+        """Settle the stale pages, then GC to the target (kv_blocks.collect); the pages it moved."""
+        if self.unsettled:  # only an eviction makes pages stale
+            for blk, row in enumerate(self.owner):
+                for i, o in enumerate(row):
+                    if o is not None and o[1] != self.generation[o[0]]:
+                        row[i] = None
+                self.valid[blk] = sum(o is not None for o in row)
+            self.unsettled = False
+        f = np.float32
+        phys, pool = f(self.b * self.k), f(len(self.ring) * self.k)
+        target = int(np.ceil((f(1.0) - self.target) * phys)) if phys - pool > self.trigger * phys else 0
+        before = self.gc_pages
+        for _ in range(self.rounds):
+            self._reclaim(target)
+        return self.gc_pages - before
+
+    def _reclaim(self, target: int) -> None:
+        """One GC round (gc.reclaim): the g greedy victims whose reclaimed pages are still needed and
+        whose valid pages fit; their valid pages moved, then (several classes) the victims erased."""
+        k, free = self.k, len(self.ring)
+        if free * k >= target:  # the pool holds the target: no victim is taken
+            return
+        victims = sorted((blk for blk in range(self.b) if self.status[blk] == _CLOSED),
+                         key=lambda blk: (self.valid[blk], blk))[:self.g]
+        taken, gained, earlier = [], 0, 0
+        for j, blk in enumerate(victims):
+            v = self.valid[blk]
+            fits = free >= 1 if self.c == 1 else earlier + k + k * min(j + 1, self.c) <= free * k
+            if not (free * k + gained < target and fits):
+                break
+            taken.append(blk)
+            gained, earlier = gained + k - v, earlier + v
+        moved = [(o, self.block_class[blk]) for blk in taken for o in self.owner[blk] if o is not None]
+        if self.c == 1:
+            self._erase(taken)
+            self._append(moved)
+        else:
+            self._append(moved)
+            self._erase(taken)
+        self.gc_pages += len(moved)
+
+    def _erase(self, taken: list) -> None:
+        for blk in taken:
+            self.owner[blk] = [None] * self.k
+            self.valid[blk], self.status[blk], self.block_class[blk] = 0, _FREE, -1
+            self.erase_count[blk] += 1
+            self.ring.append(blk)
+
+    def waf(self) -> float:
+        """(host + GC page programs) / host page programs, in float32 as ``kv_blocks.waf``."""
+        f = np.float32
+        return float((f(self.host_pages) + f(self.gc_pages)) / max(f(self.host_pages), f(1.0)))
+
+
 class HbflexStep(reference.ServeStep):
     """The composed iteration of ``hbflex_system`` for :func:`reference.simulate` (``step``, ``admit``,
     ``every_chunk``): the DASH engine's step with the read-wave factor, the all-HBF writes, the
@@ -209,15 +352,13 @@ class HbflexStep(reference.ServeStep):
         self.hbf = dict.fromkeys(HbfTotals._fields, 0.0)
         self.block_bytes = {}  # session -> KV bytes put in HBF since the last chunk
         self.last_requests = [-1] * sc.batcher.slots
-        # the scaled block store: kv_blocks' functions on this reference's bytes and evictions
-        self.bc = config.kv_blocks
+        # the scaled block store, one scaled page standing for the room's share (hbflex_system.blocks_knobs)
         space = hbflex_system.Room(jnp.int32(self.room_tokens), float(model.kv_bytes_per_token))
         self.bk = hbflex_system.blocks_knobs(knobs, space, config)
-        self.bytes_per_page = float(np.asarray(self.bk.bytes_per_page))
-        self.blocks = kv_blocks.init(self.bc)
-        self.root_start = reqs.root_start
-        self.words = (jnp.uint32(seed), jnp.int32(stream_id))
-        self.block_s = 0.0  # time in the block store's JAX calls (left out of the speed baseline)
+        f = np.float32
+        starts = [f(sec) * f(1e6) + f(us) for sec, us in zip(np.asarray(reqs.root_start.s), np.asarray(reqs.root_start.us))]
+        self.blocks = BlockStore(config.kv_blocks, self.bk, starts)
+        self.bytes_per_page = float(np.float32(self.bk.bytes_per_page))
         self.ideal_slack = 0.0  # Σ layers × reads over passes whose wave is wholly offloaded (ideal_waves' ties)
         self.read_scale_us = 0.0  # Σ layers × (wave µs + bytes µs): the scale of kv_read_stall_us's cancellation
 
@@ -313,34 +454,19 @@ class HbflexStep(reference.ServeStep):
 
     # --- once per chunk (hbflex_system.mechanism's every_chunk) --------------------------------------
     def every_chunk(self) -> None:
-        evicted = self.cache.evict(self.running_kv, self.room_tokens, self.p["evict_threshold"])
-        r = self.bc.sessions
-        new_bytes = np.zeros(r, np.float32)
+        """Block append, LRU eviction, GC; the GC's moved pages read and programmed again, their time
+        added to the next iteration."""
+        new_bytes = np.zeros(self.blocks.r, np.float32)
         for s, b in self.block_bytes.items():
             new_bytes[s] = b
-        mask = np.zeros(r, bool)
-        mask[evicted] = True
-        t0 = time.perf_counter()
-        self.blocks, moved = _block_chunk(self.words, self.blocks, jnp.asarray(new_bytes), jnp.asarray(mask),
-                                          self.root_start, self.bk, self.bc)
-        moved = int(moved)
-        self.block_s += time.perf_counter() - t0
         self.block_bytes = {}
-        moved_bytes = moved * self.bytes_per_page
+        self.blocks.write(new_bytes)
+        self.blocks.invalidate(self.cache.evict(self.running_kv, self.room_tokens, self.p["evict_threshold"]))
+        moved_bytes = self.blocks.collect() * self.bytes_per_page
         self.gc_pending_us += moved_bytes * 1e-3 * (1.0 / max(self.write_gbps, 1e-9) + 1.0 / self.hbf_cut)
 
     def hbf_totals(self) -> dict:
         return dict(self.hbf)
-
-
-def _block_chunk_impl(words, blocks, new_bytes, evicted, root_start, bk, bc):
-    sessions = jnp.arange(bc.sessions, dtype=jnp.int32)
-    blocks, _ = kv_blocks.write(blocks, sessions, new_bytes, root_start, bk, bc)
-    blocks = kv_blocks.invalidate(blocks, evicted, bc)
-    return kv_blocks.collect(words, blocks, bk, bc)
-
-
-_block_chunk = jax.jit(_block_chunk_impl, static_argnums=6)
 
 
 def serve(stream_id: int, seed: int, knobs: HbflexKnobs, config: HbflexConfig, trace=None,
@@ -364,6 +490,6 @@ def serve(stream_id: int, seed: int, knobs: HbflexKnobs, config: HbflexConfig, t
                                 int(knobs.serve.batcher.token_budget), caps, sc.batcher,
                                 max_iterations=max_iterations or sc.max_iterations, step=step, admit=step.admit,
                                 every_chunk=step.every_chunk, scan_chunk=sc.scan_chunk)
-    jax_s = step.uniforms.jax_s + step.block_s + (step.draws.jax_s if step.draws is not None else 0.0)
+    jax_s = step.uniforms.jax_s + (step.draws.jax_s if step.draws is not None else 0.0)
     step.loop_s = time.perf_counter() - t0 - jax_s
     return result, step.totals(), step
