@@ -40,6 +40,7 @@ class _Slot:
     decode_left: int = 0
     kv_tokens: int = 0
     reserved: list = field(default_factory=list)
+    new: bool = False  # admitted at this boundary (for the ``admit`` hook)
 
 
 @dataclass
@@ -68,6 +69,19 @@ def _batch(slots: list, decode: list, chunks: dict) -> Batch:
     return Batch(ctx, dmask, tok, pre, cmask, emits)
 
 
+def _give_back(sl: _Slot, reused: int, used: list) -> list:
+    """Slot ``sl`` starts ``reused`` tokens into its prompt and returns the last ``reused`` tokens of its
+    reservation (last tier first); the tiers' new ``used``."""
+    sl.prefill_left -= reused
+    sl.kv_tokens += reused
+    keep, below, used = sum(sl.reserved) - reused, 0, list(used)
+    for t, r in enumerate(sl.reserved):
+        kept = min(max(keep - below, 0), r)
+        used[t] -= r - kept
+        sl.reserved[t], below = kept, below + r
+    return used
+
+
 def _passes(batch: Batch, mode: str) -> list:
     if mode != "serial":
         return [batch]
@@ -78,13 +92,21 @@ def _passes(batch: Batch, mode: str) -> list:
 
 
 def simulate(arrival_us, prompt_tokens, output_tokens, chunk_tokens: int, token_budget: int, kv_capacity_tokens,
-             config: BatcherConfig, pass_us=None, max_iterations: int = 10**6, step=None) -> Result:
+             config: BatcherConfig, pass_us=None, max_iterations: int = 10**6, step=None, admit=None,
+             every_chunk=None, scan_chunk: int = 64) -> Result:
     """Serve the valid requests (``arrival_us`` sorted whole µs, lengths ints) to the end.
 
     ``pass_us(batch, draw)`` times each pass (rounded to whole µs); or ``step(requests, kv_tokens,
     batch, iteration)`` times a whole iteration (float µs, not rounded) from the slot table
     (``requests``: each slot's request or −1, ``kv_tokens`` its KV before the iteration) and may keep
-    state of its own (:class:`ServeStep`); arrivals may then be float µs."""
+    state of its own (:class:`ServeStep`); arrivals may then be float µs.
+
+    ``admit(requests, new, kv_tokens, now) -> reused`` (optional, ``batching.Mechanism.admit``): called
+    right after admission with the slot table and ``new`` (the slots that just received a request);
+    each new slot starts ``reused`` tokens into its prompt (clipped to [0, prompt − 1]) and gives back
+    the last ``reused`` tokens of its reservation, last tier first. ``every_chunk()`` (optional) is
+    called after every ``scan_chunk`` loop steps and once after a last partial chunk (the engine's
+    ``Mechanism.every_chunk``)."""
     as_time = int if step is None else float
     arrival, prompt, output = [as_time(a) for a in arrival_us], [int(p) for p in prompt_tokens], [int(o) for o in output_tokens]
     n = len(arrival)
@@ -92,7 +114,7 @@ def simulate(arrival_us, prompt_tokens, output_tokens, chunk_tokens: int, token_
     used = [0] * len(caps)
     slots = [_Slot(reserved=[0] * len(caps)) for _ in range(config.slots)]
     first, finish, out = [NEVER] * n, [NEVER] * n, [0] * n
-    now, admitted, prefill_last, overflow, log, it = 0, 0, False, False, [], 0
+    now, admitted, prefill_last, overflow, log, it, steps = 0, 0, False, False, [], 0, 0
     while (admitted < n or any(sl.request >= 0 for sl in slots)) and not overflow and it < max_iterations:
         arrived = bisect.bisect_right(arrival, now)  # requests with arrival <= now
         if not any(sl.request >= 0 for sl in slots) and admitted >= arrived and admitted < n:
@@ -115,7 +137,16 @@ def simulate(arrival_us, prompt_tokens, output_tokens, chunk_tokens: int, token_
                 left -= take
             sl.request, sl.phase = admitted, Phase.PREFILL
             sl.prefill_left, sl.decode_left, sl.kv_tokens = prompt[admitted], output[admitted], 0
+            sl.new = True
             admitted += 1
+        if admit is not None:
+            new = [sl.new for sl in slots]
+            reused = admit([sl.request for sl in slots], new, [sl.kv_tokens for sl in slots], now)
+            for sl, is_new, r in zip(slots, new, reused):
+                if is_new:
+                    used = _give_back(sl, min(max(int(r), 0), max(sl.prefill_left - 1, 0)), used)
+        for sl in slots:
+            sl.new = False
         decode = [sl.request for sl in slots if sl.phase == Phase.DECODE]
         prefilling = sorted(sl.request for sl in slots if sl.phase == Phase.PREFILL)
         if config.mode == "alternate":
@@ -158,6 +189,11 @@ def simulate(arrival_us, prompt_tokens, output_tokens, chunk_tokens: int, token_
                     finish[q] = now
                     used = [u - r for u, r in zip(used, sl.reserved)]
                     slots[slots.index(sl)] = _Slot(reserved=[0] * len(caps))
+        steps += 1
+        if every_chunk is not None and steps % scan_chunk == 0:
+            every_chunk()
+    if every_chunk is not None and steps % scan_chunk:
+        every_chunk()
     overflow = overflow or admitted < n or any(sl.request >= 0 for sl in slots)
     return Result(first, finish, out, it, overflow, log)
 
@@ -275,7 +311,8 @@ class _Org:
         for k in range(n + 1):
             d_bytes, r_bytes = k * expert_bytes, (n - k) * expert_bytes
             t_d = tr + max(_us(d_bytes, cap_d), floor) if d_bytes > 0 else 0.0
-            fill = _us(min(r_bytes / self.pairs, k_["relay_sram_region_bytes"]), k_["relay_gbps"]) if r_bytes > 0 else 0.0
+            fill = _us(min(r_bytes / self.pairs if self.pairs > 0 else _INF, k_["relay_sram_region_bytes"]),
+                       k_["relay_gbps"]) if r_bytes > 0 else 0.0
             t_r = tr + fill + max(_us(r_bytes, cap_r), floor) if r_bytes > 0 else 0.0
             times.append(max(t_d, t_r))
         best = min(times)
@@ -285,10 +322,12 @@ class _Org:
     def write_us(self, nbytes: float, route_gbps: float) -> tuple[float, float]:
         """(µs from the first byte sent to the last wave programmed, program-busy µs) of ``nbytes`` sent
         into the HBF base-die SRAM a region per stack at a time and programmed there (DASH §V-B): a
-        two-stage flow shop over two regions, simulated chunk by chunk."""
+        two-stage flow shop over two regions, simulated chunk by chunk; the package's program bandwidth
+        caps the route."""
         if nbytes <= 0:
             return 0.0, 0.0
         p = self.k["t_prog_us"]
+        route_gbps = min(route_gbps, self.k["hbf_stacks"] * self.k["hbf_write_gbps"])
         waves = math.ceil(nbytes / self.write_chunk)
         sent, programmed, left = 0.0, [], nbytes
         for i in range(waves):
@@ -461,6 +500,8 @@ class ServeStep:
         self.hbm = {}  # request -> its KV tokens held in HBM (the rest of its KV in HBF)
         self.sums = dict.fromkeys(Totals._fields, 0.0)
         self.passes, self.loop_s = 0, 0.0
+        self.kv_hbf_factor = 1.0  # multiplies the HBF share of the attention's KV bytes (read-wave amplification)
+        self.idle = ([], [])  # the last pass's per-layer idle array time: Σ and max over its operators
 
     def _delivery(self, name: str, op: _Op, shares: tuple) -> tuple[float, float, float]:
         """One operator's data read in parallel: weights by their kind's placement (shared experts are
@@ -469,13 +510,13 @@ class ServeStep:
         w = [op.weight_bytes * x for x in place]
         kv = op.kv_bytes if name.startswith("attention") else 0.0
         share = shares[0] if name == "attention_decode" else shares[1] if name == "attention_prefill" else 0.0
-        return self.org.read(w[0] + kv * share, w[1] + kv * (1.0 - share), either=w[2])
+        return self.org.read(w[0] + kv * share, w[1] + kv * (1.0 - share) * self.kv_hbf_factor, either=w[2])
 
     def _times(self, ps: _Pass, draw: int, shares: tuple):
         """(per-layer µs [L], per-layer write windows [L], LM head µs, expert (Direct, Direct max,
         Relay) bytes, HBM and HBF read bytes) of one pass."""
         gpu, m = self.gpu, self.m
-        per_kind, hbm_bytes, hbf_bytes = {}, 0.0, 0.0
+        per_kind, hbm_bytes, hbf_bytes, idle = {}, 0.0, 0.0, {}
         for kind in set(m.kinds):
             ops = _layer_ops(m, kind, ps, gpu)
             reads = {name: self._delivery(name, op, shares) for name, op in ops.items()}
@@ -484,6 +525,7 @@ class ServeStep:
             hbm_bytes += count * sum(r[1] for r in reads.values())
             hbf_bytes += count * sum(r[2] for r in reads.values())
             per_kind[kind] = (op_us, sum(op_us.values()), sum(op_us[name] for name in _WINDOW_OPS))
+            idle[kind] = [max(op_us[name] - reads[name][0], 0.0) for name in ops]
         head = _Op()
         if ps.emitting > 0:
             for lin in m.head:
@@ -497,19 +539,24 @@ class ServeStep:
             window = base["out_proj"] + base["norms"] + base["router"] if m.lookahead_capable else 0.0
         direct = direct_max = relay = 0.0
         layer_us, windows, memo = [], [], {}
+        self.idle = ([], [])
         for kind in m.kinds:
             _, total_us, window_us = per_kind[kind]
+            layer_idle = list(idle[kind])
             if kind == "moe":  # the routed experts: this layer's draw, delivered over Direct and Relay
                 d = int(next(distinct))
                 if d not in memo:
                     op, used = _expert_op(m, ps, d, gpu)
                     t, lo, hi = self.org.experts(used, m.expert_bytes, window)
-                    memo[d] = (op.us(gpu, t), lo, hi, used * m.expert_bytes - lo)
-                us, lo, hi, r = memo[d]
+                    memo[d] = (op.us(gpu, t), lo, hi, used * m.expert_bytes - lo, t)
+                us, lo, hi, r, t = memo[d]
                 total_us += us
+                layer_idle.append(max(us - t, 0.0))
                 direct, direct_max, relay = direct + lo, direct_max + hi, relay + r
             layer_us.append(total_us)
             windows.append(window_us)
+            self.idle[0].append(sum(layer_idle))
+            self.idle[1].append(max(layer_idle))
         return layer_us, windows, head_us, (direct, direct_max, relay), hbm_bytes, hbf_bytes
 
     def _book(self, requests: list, kv_tokens: list, batch: Batch) -> tuple[int, int, int, int]:
@@ -547,20 +594,11 @@ class ServeStep:
             return num / den if den > 0 else 0.0
         return share(batch.decode_mask), share(batch.chunk_mask)
 
-    def one_pass(self, requests: list, kv_tokens: list, batch: Batch, draw: int) -> float:
-        """µs of one non-empty pass (layers, LM head, exposed KV-write stalls), booking its totals.
-
-        KV writes (layer_time.kv_writes): every layer writes its share of the new HBF-bound KV straight
-        from the GPU; the written-back tokens go as whole page waves, ``W // L`` per layer and one more
-        in the first ``W mod L`` layers; a layer's two writes run one after the other from its QKV
-        projection, and what exceeds its window (attention, output projection, norms, router, dense FFN)
-        is exposed."""
-        ps = _pass_shape(batch)
+    def _dash_writes(self, to_hbf: int, back: int, windows: list) -> tuple[float, float, float, float]:
+        """(exposed stall µs, program-busy µs, stall scale µs, written-back bytes) of a pass's KV writes
+        (:meth:`one_pass`'s docstring)."""
         m, org = self.m, self.org
-        layer_us, windows, head_us, (direct, direct_max, relay), hbm_read, hbf_read = self._times(
-            ps, draw, self._shares(requests, kv_tokens, batch))
-        to_hbf, back, hbm_after, hbf_after = self._book(requests, kv_tokens, batch)
-        n = len(layer_us)
+        n = len(windows)
         prefill_us, prefill_busy = org.write_us(to_hbf * m.kv_layer, org.prefill_route)
         back_bytes = back * m.kv_token
         waves = math.ceil(back_bytes / org.page_wave)
@@ -575,20 +613,39 @@ class ServeStep:
             busy += prefill_busy + back_busy
             if prefill_us + back_us > 0:
                 scale += prefill_us + back_us + window
+        return stall, busy, scale, back_bytes
+
+    def one_pass(self, requests: list, kv_tokens: list, batch: Batch, draw: int) -> float:
+        """µs of one non-empty pass (layers, LM head, exposed KV-write stalls), booking its totals.
+
+        KV writes (layer_time.kv_writes): every layer writes its share of the new HBF-bound KV straight
+        from the GPU; the written-back tokens go as whole page waves, ``W // L`` per layer and one more
+        in the first ``W mod L`` layers; a layer's two writes run one after the other from its QKV
+        projection, and what exceeds its window (attention, output projection, norms, router, dense FFN)
+        is exposed."""
+        ps = _pass_shape(batch)
+        m = self.m
+        layer_us, windows, head_us, (direct, direct_max, relay), hbm_read, hbf_read = self._times(
+            ps, draw, self._shares(requests, kv_tokens, batch))
+        to_hbf, back, hbm_after, hbf_after = self._book(requests, kv_tokens, batch)
+        stall, busy, scale, back_bytes = self._dash_writes(to_hbf, back, windows)
         us = sum(layer_us) + head_us + stall
-        s, per_token = self.sums, m.kv_token
-        for name, value in (("busy_us", us), ("prefill_write_bytes", to_hbf * per_token),
-                            ("writeback_bytes", back_bytes), ("write_stall_us", stall), ("program_busy_us", busy),
-                            ("writeback_passes", float(back > 0)), ("expert_direct_bytes", direct),
-                            ("expert_direct_max_bytes", direct_max), ("expert_relay_bytes", relay),
-                            ("hbm_read_bytes", hbm_read), ("hbf_read_bytes", hbf_read),
-                            ("kv_hbm_byte_us", hbm_after * per_token * us), ("kv_hbf_byte_us", hbf_after * per_token * us),
-                            ("stall_scale_us", scale)):
+        self._add_sums(dict(busy_us=us, prefill_write_bytes=to_hbf * m.kv_token, writeback_bytes=back_bytes,
+                            write_stall_us=stall, program_busy_us=busy, writeback_passes=float(back > 0),
+                            expert_direct_bytes=direct, expert_direct_max_bytes=direct_max, expert_relay_bytes=relay,
+                            hbm_read_bytes=hbm_read, hbf_read_bytes=hbf_read, stall_scale_us=scale), hbm_after, hbf_after)
+        return us
+
+    def _add_sums(self, values: dict, hbm_after: int, hbf_after: int) -> None:
+        """Book one pass's totals (``values`` by Totals field) and its KV residency after it, in tokens."""
+        s, per_token, us = self.sums, self.m.kv_token, values["busy_us"]
+        for name, value in values.items():
             s[name] += value
+        s["kv_hbm_byte_us"] += hbm_after * per_token * us
+        s["kv_hbf_byte_us"] += hbf_after * per_token * us
         s["max_kv_hbm_bytes"] = max(s["max_kv_hbm_bytes"], hbm_after * per_token)
         s["max_kv_hbf_bytes"] = max(s["max_kv_hbf_bytes"], hbf_after * per_token)
         self.passes += 1
-        return us
 
     def __call__(self, requests: list, kv_tokens: list, batch: Batch, iteration: int) -> float:
         kv_tokens, us = list(kv_tokens), 0.0

@@ -1,0 +1,495 @@
+"""Plain-Python reference of the HBFlex serving step (one stream, loops): the correctness oracle of
+:mod:`hbfjax.serve.hbflex_system` and its speed baseline (DESIGN.md §5 "A plain-Python reference").
+
+Built on :mod:`hbfjax.serve.reference` (its batcher :func:`reference.simulate` with the ``admit`` and
+``every_chunk`` hooks, and :class:`reference.ServeStep` for the roofline, the delivery over the link
+network and the DASH write path), it adds in Python floats and loops what ``hbflex_system`` adds
+(HBFlex §3–§5):
+
+* the session cache (``kv_cache``): a finished request's whole KV retained for its session at the next
+  boundary, handed to the earliest new request of the session at admission (its prefix, at most
+  prompt − 1 tokens), shared from a running turn of the same session, rounded down to whole logical
+  pages; LRU eviction by retention order above ``evict_threshold`` of the HBF KV room, once a chunk;
+* the read-wave factor: per pass one wave of ``min(pages, planes)`` pages drawn from the knobs'
+  ``WaveTable`` with the same uniform (``rng.mix(seed, stream, draw, Salt.WAVE_DRAW)``), its sensing
+  rounds against the pages' link time multiplying the HBF share of the attention's KV bytes;
+* the all-HBF writes (``hbf_writes.pass_writes``: immediate, stripe, window with the SRAM budget that
+  prefetch, offloaded pages and the GC buffer leave), layer by layer;
+* the KV bytes each session puts in HBF per pass and at retention, appended once per chunk of
+  ``scan_chunk`` loop steps into a Python block store (:class:`BlockStore`: open block per lifetime
+  class, LRU-evicted sessions' pages stale, greedy GC moving valid pages to the open block of their
+  class); the GC time of a chunk added to the next iteration.
+
+The wave's and the routing's uniforms come from JAX (hashes), as does the tabulated wave law the
+knobs carry; everything else is Python. Where float32 decides a discrete outcome the reference rounds
+as the engine does (the wave interpolation, the block store's pending bytes and GC target).
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from hbfjax import clock, rng
+from hbfjax.memory.organisations import DECODE_KV, HBF
+from hbfjax.salts import Salt
+from hbfjax.serve import hbflex_system, kv_blocks, reference
+from hbfjax.serve.hbflex_system import HbfTotals, HbflexConfig, HbflexKnobs
+from hbfjax.validate import require_choice
+from hbfjax.workload import requests as rq
+
+
+class WaveUniforms:
+    """``u(draw)``: the uniform of pass ``draw``'s read wave, ``rng.uniform01(rng.mix(seed, stream,
+    draw, Salt.WAVE_DRAW))``, computed by JAX in blocks of ``block`` passes (``jax_s``: time spent)."""
+
+    def __init__(self, seed: int, stream_id: int, block: int = 4096):
+        words = (jnp.uint32(seed), jnp.int32(stream_id))
+        self._uniforms = jax.jit(lambda first: rng.uniform01(rng.mix(
+            *words, first + jnp.arange(block, dtype=jnp.int32), Salt.WAVE_DRAW)))
+        self.block, self.u, self.jax_s = block, {}, 0.0
+
+    def __call__(self, draw: int) -> float:
+        first = draw - draw % self.block
+        if first not in self.u:
+            t0 = time.perf_counter()
+            self.u[first] = np.asarray(self._uniforms(first), np.float64)
+            self.jax_s += time.perf_counter() - t0
+        return float(self.u[first][draw - first])
+
+
+def wave_draw(table: dict, pages: float, u: float) -> tuple[float, float]:
+    """(sensing rounds, offloaded pages) of a wave of ``pages`` pages (``wave.draw``): the ``u``-quantile
+    at the two tabulated sizes around it, interpolated linearly in size; 0 for an empty wave.
+
+    In float32, operation for operation as ``wave.draw``: the ideal waves take ``ceil`` of the pages
+    left after the offloaded ones, which an all-offloaded wave leaves at a float32 rounding of 0."""
+    f = np.float32
+    n = min(max(f(pages), f(0.0)), table["planes"])
+    if n <= 0:
+        return 0.0, 0.0
+    sizes, samples = table["pages"], table["waves"].shape[1]
+    idx = min(max(int(f(u) * f(samples)), 0), samples - 1)
+    hi = min(max(int(np.searchsorted(sizes, n, side="left")), 1), len(sizes) - 1)
+    lo = hi - 1
+    t = min(max((n - sizes[lo]) / max(sizes[hi] - sizes[lo], f(1.0)), f(0.0)), f(1.0))
+    mix = lambda a: float((f(1.0) - t) * a[lo, idx] + t * a[hi, idx])  # noqa: E731
+    return mix(table["waves"]), mix(table["offloaded"])
+
+
+def host_table(table) -> dict:
+    """A ``wave.WaveTable`` as float32 NumPy arrays for :func:`wave_draw`."""
+    return dict(pages=np.asarray(table.pages, np.float32), waves=np.asarray(table.waves, np.float32),
+                offloaded=np.asarray(table.offloaded, np.float32), planes=np.float32(table.planes))
+
+
+def pass_writes(buffer_bytes: float, idle: list, dec: int, chunk: int, requests: int, kv: float, k: dict):
+    """One pass's all-HBF KV writes, one layer at a time (``hbf_writes.pass_writes``; the Python
+    reference of ``tests/test_hbf_writes.py``): (buffer bytes after, {stall_us, pages, busy_us,
+    forced, peak_bytes}). ``idle``: each layer's read-free window (µs); ``k``: the WriteKnobs as floats."""
+    page, planes, g, t, gbps = k["page_bytes"], k["planes"], k["stripe_pages"], k["t_prog_us"], k["write_gbps"]
+    prog = lambda n: max(math.ceil(n / planes) * t, n * page / (gbps * 1e3)) if n > 0 else 0.0  # noqa: E731
+    rounds_us = lambda n: math.ceil(n / planes) * t  # noqa: E731
+    stall = pages = busy = 0.0
+    forced = 0
+    buf = peak = buffer_bytes / page
+    for w in idle:
+        if not k["buffered"]:
+            q, r = divmod(dec, max(requests, 1))
+            n = r * math.ceil((q + 1) * kv / page) + (max(requests, 1) - r) * math.ceil(q * kv / page) \
+                + math.ceil(chunk * kv / page)
+            stall, pages, busy = stall + prog(n), pages + n, busy + rounds_us(n)
+            continue
+        buf += (dec + chunk) * kv / page
+        if not k["window_aware"]:
+            n = math.floor(buf / g) * g
+        else:
+            over = buf - k["sram_kv_budget_bytes"] / page
+            n = min(math.ceil(over / g) * g, math.floor(buf)) if over > 0 else 0
+            forced += over > 0
+        buf -= n
+        peak = max(peak, buf)
+        d = 0
+        if k["window_aware"]:
+            d = math.floor(min(buf, w * gbps * 1e3 / page, math.floor(w / t) * planes) / g) * g
+            buf -= d
+        stall, pages, busy = stall + prog(n), pages + n + d, busy + rounds_us(n) + rounds_us(d)
+    return buf * page, dict(stall_us=stall, pages=pages, busy_us=busy, forced=forced, peak_bytes=peak * page)
+
+
+class SessionCache:
+    """The retained KV by session (``kv_cache``), in Python: tokens, LRU rank, tallies."""
+
+    def __init__(self):
+        self.tokens, self.use_seq = {}, {}  # session -> retained tokens (> 0), its retention rank
+        self.retained = self.evicted = self.evicted_tokens = self.hit_tokens = self.prompt_tokens = 0
+
+    def retain(self, finished: list) -> None:
+        """``finished``: (session, context tokens) of the requests that ended; of two turns of one session
+        the larger KV is kept; the touched sessions ranked in session order after every earlier one."""
+        touched = {}
+        for s, context in finished:
+            touched[s] = max(touched.get(s, 0), context)
+        for s in sorted(touched):
+            self.tokens[s] = touched[s]
+            self.use_seq[s] = self.retained
+            self.retained += 1
+
+    def take(self, new: list, prefix: list, prompt: list) -> list:
+        """Reused tokens of each new request (``new``: (request, session)); the earliest request of a
+        session gets the hit, every new request's session entry is consumed."""
+        first = {}
+        for q, s in new:
+            first[s] = min(first.get(s, q), q)
+        reused = []
+        for q, s in new:
+            held = self.tokens.get(s, 0) if first[s] == q else 0
+            reused.append(max(min(prefix[q], held, prompt[q] - 1), 0) if first[s] == q else 0)
+        for q, s in new:
+            self.tokens.pop(s, None)
+        self.hit_tokens += sum(reused)
+        self.prompt_tokens += sum(prompt[q] for q, _ in new)
+        return reused
+
+    def evict(self, running: int, capacity: int, threshold: float) -> list:
+        """Sessions evicted, least recently retained first, while running + held exceed the limit."""
+        limit = int(np.floor(np.float32(threshold) * np.float32(capacity)))
+        excess = running + sum(self.tokens.values()) - limit
+        out = []
+        for s in sorted(self.tokens, key=self.use_seq.__getitem__):
+            if excess <= 0:
+                break
+            out.append(s)
+            excess -= self.tokens[s]
+        for s in out:
+            self.evicted_tokens += self.tokens.pop(s)
+            del self.use_seq[s]
+        self.evicted += len(out)
+        return out
+
+
+_FREE, _OPEN, _CLOSED = 0, 1, 2  # block status (gc)
+
+
+class BlockStore:
+    """The scaled KV block store of ``kv_blocks`` (over ``hbfjax.flash.erase.gc``) in Python lists: whole
+    scaled pages appended per chunk into the open block of their class (the session root's lifetime
+    label, or one class), eviction's pages made stale by a generation bump, GC above its trigger taking
+    greedy victims (fewest valid pages, ties by index; ``victims_per_gc`` a round, ``gc_rounds`` rounds)
+    and moving their valid pages to the open block of the victim's class. The free blocks are a queue
+    (new blocks from its head, erased victims onto its tail). float32 where ``kv_blocks`` rounds:
+    the pending bytes, the labels' start times and the GC target."""
+
+    def __init__(self, bc: kv_blocks.KvBlocksConfig, bk: kv_blocks.KvBlocksKnobs, root_start_us: list):
+        f = np.float32
+        b, k, c = bc.n_blocks, bc.pages_per_block, bc.n_labels
+        self.b, self.k, self.c, self.n, self.r = b, k, c, bc.max_writes, bc.sessions
+        self.g, self.rounds = bc.victims_per_gc, bc.gc_rounds
+        self.bpp, self.trigger, self.target = f(bk.bytes_per_page), f(bk.gc_trigger), f(bk.gc_target)
+        aware, interval = float(np.asarray(bk.lifetime_aware)) > 0.5, f(bk.label_interval_us)
+        self.label = [int(np.floor(f(t) / interval)) % c if aware else 0 for t in root_start_us]
+        self.owner = [[None] * k for _ in range(b)]  # (session, generation) or None (stale, unwritten)
+        self.valid, self.status, self.block_class, self.erase_count = [0] * b, [_FREE] * b, [-1] * b, [0] * b
+        self.ring = collections.deque(range(b))  # the free pool, in ring order
+        self.open_block, self.open_ptr = [-1] * c, [k] * c
+        self.pending, self.generation, self.session_pages = [f(0.0)] * self.r, [0] * self.r, [0] * self.r
+        self.host_pages = self.gc_pages = self.invalidated_pages = self.stalled_writes = 0
+        self.overflow = self.unsettled = False
+
+    @property
+    def erases(self) -> int:
+        return sum(self.erase_count)
+
+    def _append(self, pages: list) -> None:
+        """Program ``pages`` ((owner, class) in order) into their classes' open blocks (gc.append)."""
+        k = self.k
+        idx, demand = [], [0] * self.c
+        for _, cls in pages:
+            idx.append(demand[cls])
+            demand[cls] += 1
+        total = [ptr + m for ptr, m in zip(self.open_ptr, demand)]
+        new = [max((t - 1) // k, 0) for t in total]
+        base = [sum(new[:c]) for c in range(self.c)]
+        n_new = sum(new)
+        self.overflow |= n_new > len(self.ring)
+        fresh = [self.ring.popleft() for _ in range(min(n_new, len(self.ring)))]
+        for (owner, cls), i in zip(pages, idx):
+            q, off = divmod(self.open_ptr[cls] + i, k)
+            blk = self.open_block[cls] if q == 0 else fresh[base[cls] + q - 1]
+            self.owner[blk][off] = owner
+            self.valid[blk] += owner is not None
+        for cls in range(self.c):
+            if new[cls] > 0:
+                if self.open_block[cls] >= 0:
+                    self.status[self.open_block[cls]] = _CLOSED
+                for t in range(new[cls]):
+                    blk = fresh[base[cls] + t]
+                    self.status[blk] = _OPEN if t == new[cls] - 1 else _CLOSED
+                    self.block_class[blk] = cls
+                self.open_block[cls] = fresh[base[cls] + new[cls] - 1]
+            self.open_ptr[cls] = total[cls] - new[cls] * k
+
+    def write(self, new_bytes: np.ndarray) -> None:
+        """Each session's new bytes (float32[R]) into its pending bytes; their whole pages appended in
+        session order within the room the free pool leaves GC (kv_blocks.write)."""
+        f = np.float32
+        spare = len(self.ring) - kv_blocks.GC_HEADROOM_BLOCKS - min(self.c, self.n)
+        room = min(max(spare, 0) * self.k, self.n)
+        self.pending = [f(p + b) for p, b in zip(self.pending, new_bytes)]
+        want = [int(np.floor(p / self.bpp)) for p in self.pending]
+        self.stalled_writes += sum(want) > room and room < self.n
+        pages, left = [], room
+        for s, w in enumerate(want):
+            count = min(w, left)
+            left -= count
+            pages += [((s, self.generation[s]), self.label[s])] * count
+            self.pending[s] = f(self.pending[s] - f(count) * self.bpp)
+            self.session_pages[s] += count
+        self._append(pages)
+        self.host_pages += len(pages)
+
+    def invalidate(self, evicted: list) -> None:
+        self.unsettled |= bool(evicted)
+        for s in evicted:
+            self.invalidated_pages += self.session_pages[s]
+            self.generation[s] += 1
+            self.session_pages[s], self.pending[s] = 0, np.float32(0.0)
+
+    def collect(self) -> int:
+        """Settle the stale pages, then GC to the target (kv_blocks.collect); the pages it moved."""
+        if self.unsettled:  # only an eviction makes pages stale
+            for blk, row in enumerate(self.owner):
+                for i, o in enumerate(row):
+                    if o is not None and o[1] != self.generation[o[0]]:
+                        row[i] = None
+                self.valid[blk] = sum(o is not None for o in row)
+            self.unsettled = False
+        f = np.float32
+        phys, pool = f(self.b * self.k), f(len(self.ring) * self.k)
+        target = int(np.ceil((f(1.0) - self.target) * phys)) if phys - pool > self.trigger * phys else 0
+        before = self.gc_pages
+        for _ in range(self.rounds):
+            self._reclaim(target)
+        return self.gc_pages - before
+
+    def _reclaim(self, target: int) -> None:
+        """One GC round (gc.reclaim): the g greedy victims whose reclaimed pages are still needed and
+        whose valid pages fit; their valid pages moved, then (several classes) the victims erased."""
+        k, free = self.k, len(self.ring)
+        if free * k >= target:  # the pool holds the target: no victim is taken
+            return
+        victims = sorted((blk for blk in range(self.b) if self.status[blk] == _CLOSED),
+                         key=lambda blk: (self.valid[blk], blk))[:self.g]
+        taken, gained, earlier = [], 0, 0
+        for j, blk in enumerate(victims):
+            v = self.valid[blk]
+            fits = free >= 1 if self.c == 1 else earlier + k + k * min(j + 1, self.c) <= free * k
+            if not (free * k + gained < target and fits):
+                break
+            taken.append(blk)
+            gained, earlier = gained + k - v, earlier + v
+        moved = [(o, self.block_class[blk]) for blk in taken for o in self.owner[blk] if o is not None]
+        if self.c == 1:
+            self._erase(taken)
+            self._append(moved)
+        else:
+            self._append(moved)
+            self._erase(taken)
+        self.gc_pages += len(moved)
+
+    def _erase(self, taken: list) -> None:
+        for blk in taken:
+            self.owner[blk] = [None] * self.k
+            self.valid[blk], self.status[blk], self.block_class[blk] = 0, _FREE, -1
+            self.erase_count[blk] += 1
+            self.ring.append(blk)
+
+    def waf(self) -> float:
+        """(host + GC page programs) / host page programs, in float32 as ``kv_blocks.waf``."""
+        f = np.float32
+        return float((f(self.host_pages) + f(self.gc_pages)) / max(f(self.host_pages), f(1.0)))
+
+
+class HbflexStep(reference.ServeStep):
+    """The composed iteration of ``hbflex_system`` for :func:`reference.simulate` (``step``, ``admit``,
+    ``every_chunk``): the DASH engine's step with the read-wave factor, the all-HBF writes, the
+    session cache and the per-chunk block store (module docstring)."""
+
+    def __init__(self, knobs: HbflexKnobs, config: HbflexConfig, reqs: rq.Requests, seed: int, stream_id: int):
+        sc, model = config.serve, config.serve.model
+        org_knobs = knobs.serve.org
+        budget = float(np.asarray(knobs.serve.hbm_kv_budget_bytes))
+        hbm_tokens, hbf_derived, unit = reference.capacity_tokens(model, org_knobs, budget)
+        draws = reference.CountDraws(sc, seed, stream_id) if model.is_moe else None
+        super().__init__(model, org_knobs, knobs.serve.gpu, sc.batcher.mode, hbm_tokens, unit, draws)
+        k, self.p = self.org.k, reference._host(knobs.policy)
+        self.planes = k["hbf_stacks"] * k["parallel_units"]
+        self.page, self.t_read = k["page_bytes"], k["t_read_us"]
+        self.write_gbps = k["hbf_stacks"] * k["hbf_write_gbps"]
+        self.sram = k["hbf_stacks"] * k["hbf_sram_region_bytes"] * k["hbf_sram_regions"]
+        self.hbf_cut = max(self.org.cuts[1], 1e-9)
+        self.all_hbf = self.org.place[DECODE_KV][HBF] >= 0.5
+        self.prefetch = self.p["prefetch"] * hbflex_system.prefetch_bytes(model)
+        self.gc_buffer = hbflex_system.GC_BUFFER_BLOCKS * config.pages_per_block * self.page
+        self.tokens_per_page = int(max(self.p["logical_page_tokens"], 1.0))
+        room = float(np.asarray(knobs.kv_room_bytes))
+        given = int(np.floor(np.float32(room) / np.float32(model.kv_bytes_per_token)))
+        self.room_tokens = min(given, hbf_derived) if room >= 0 else hbf_derived
+        self.write_k = dict(buffered=self.p["buffered"] > 0.5, window_aware=self.p["window_aware"] > 0.5,
+                            stripe_pages=self.p["group_size"], planes=self.planes, page_bytes=self.page,
+                            t_prog_us=k["t_prog_us"], write_gbps=self.write_gbps)
+        self.table = host_table(knobs.read_table)
+        self.uniforms = WaveUniforms(seed, stream_id)
+        host = lambda a: np.asarray(a).tolist()  # noqa: E731
+        self.session, self.prefix = host(reqs.session), host(reqs.prefix_tokens)
+        self.prompt, self.output = host(reqs.prompt_tokens), host(reqs.output_tokens)
+        self.cache, self.buffer_bytes, self.gc_pending_us, self.running_kv = SessionCache(), 0.0, 0.0, 0
+        self.hbf = dict.fromkeys(HbfTotals._fields, 0.0)
+        self.block_bytes = {}  # session -> KV bytes put in HBF since the last chunk
+        self.last_requests = [-1] * sc.batcher.slots
+        # the scaled block store, one scaled page standing for the room's share (hbflex_system.blocks_knobs)
+        space = hbflex_system.Room(jnp.int32(self.room_tokens), float(model.kv_bytes_per_token))
+        self.bk = hbflex_system.blocks_knobs(knobs, space, config)
+        f = np.float32
+        starts = [f(sec) * f(1e6) + f(us) for sec, us in zip(np.asarray(reqs.root_start.s), np.asarray(reqs.root_start.us))]
+        self.blocks = BlockStore(config.kv_blocks, self.bk, starts)
+        self.bytes_per_page = float(np.float32(self.bk.bytes_per_page))
+        self.ideal_slack = 0.0  # Σ layers × reads over passes whose wave is wholly offloaded (ideal_waves' ties)
+        self.read_scale_us = 0.0  # Σ layers × (wave µs + bytes µs): the scale of kv_read_stall_us's cancellation
+
+    # --- admission (hbflex_system.mechanism's admit) ------------------------------------------------
+    def admit(self, requests: list, new: list, kv_tokens: list, now) -> list:
+        finished = [(self.session[q], self.prompt[q] + self.output[q], self.hbm.get(q, 0))
+                    for q, r in zip(self.last_requests, requests) if q >= 0 and q != r]
+        self.cache.retain([(s, c) for s, c, _ in finished])
+        for s, _, moved in finished:  # HBM-resident KV moved to HBF to be retained
+            self.block_bytes[s] = self.block_bytes.get(s, 0.0) + moved * self.m.kv_token
+        self.hbf["retention_write_bytes"] += sum(moved for _, _, moved in finished) * self.m.kv_token
+        pairs = [(q, self.session[q]) for q, n in zip(requests, new) if n and q >= 0]
+        taken = iter(self.cache.take(pairs, self.prefix, self.prompt))
+        reused = []
+        for b, (q, n) in enumerate(zip(requests, new)):
+            if not (n and q >= 0):
+                reused.append(0)
+                continue
+            got = next(taken)
+            s = self.session[q]
+            running = max([kv for j, (r, kv) in enumerate(zip(requests, kv_tokens))
+                           if r >= 0 and not new[j] and self.session[r] == s], default=0)
+            shared = max(min(self.prefix[q], running, self.prompt[q] - 1) - got, 0)
+            self.hbf["shared_hit_tokens"] += shared
+            reused.append((got + shared) // self.tokens_per_page * self.tokens_per_page)
+        return reused
+
+    # --- one iteration ------------------------------------------------------------------------------
+    def __call__(self, requests: list, kv_tokens: list, batch, iteration: int) -> float:
+        gc_us, self.gc_pending_us = self.gc_pending_us, 0.0
+        self.hbf["gc_us"] += gc_us
+        self.running_kv = sum(self.prompt[q] + self.output[q] for q in requests if q >= 0)
+        self.last_requests = list(requests)
+        return gc_us + super().__call__(requests, kv_tokens, batch, iteration)
+
+    def one_pass(self, requests: list, kv_tokens: list, batch, draw: int) -> float:
+        """µs of one non-empty pass (``hbflex_system.mechanism``'s ``one_pass``), booking its totals."""
+        m, p, page, planes = self.m, self.p, self.page, self.planes
+        ps = reference._pass_shape(batch)
+        hbf_before = {q: kv - self.hbm.get(q, 0) for q, kv in zip(requests, kv_tokens) if q >= 0}
+        reading = sum(hbf_before[q] for i, q in enumerate(requests)
+                      if q >= 0 and (batch.decode_mask[i] or batch.chunk_mask[i]))
+        pages = math.ceil(reading * m.kv_layer / page)
+        n_wave = min(pages, planes)
+        waves, offloaded = wave_draw(self.table, n_wave, self.uniforms(draw))
+        ideal = math.ceil(max(n_wave - offloaded, 0.0) / planes) if n_wave > 0 else 0.0
+        reads = math.ceil(pages / planes)
+        to_hbm = p["offload_to_hbm"] * (offloaded / max(n_wave, 1.0) if n_wave > 0 else 0.0)
+        wave_us = reads * waves * self.t_read
+        byte_us = pages * (1.0 - to_hbm) * page * 1e-3 / self.hbf_cut
+        self.kv_hbf_factor = max(wave_us / max(byte_us, 1e-30), 1.0) if byte_us > 0 else 1.0
+        shares = tuple(s + (1.0 - s) * to_hbm for s in self._shares(requests, kv_tokens, batch))
+        layer_us, windows, head_us, (direct, direct_max, relay), hbm_read, hbf_read = self._times(ps, draw, shares)
+        to_hbf, back, hbm_after, hbf_after = self._book(requests, kv_tokens, batch)
+        dash_stall, dash_busy, scale, back_bytes = self._dash_writes(to_hbf, back, windows)
+        others = self.prefetch + (1.0 - p["offload_to_hbm"]) * offloaded * page * reads + self.gc_buffer
+        k = dict(self.write_k, sram_kv_budget_bytes=max(self.sram - others, 0.0))
+        idle = self.idle[0] if p["prefetch"] > 0.5 else self.idle[1]
+        self.buffer_bytes, hw = pass_writes(self.buffer_bytes, idle, ps.decode, ps.chunk_tokens, ps.decode,
+                                            m.kv_layer, k)
+        stall = hw["stall_us"] if self.all_hbf else dash_stall
+        us = sum(layer_us) + head_us + stall
+        # bytes each session put in HBF this pass: HBF-resident KV after minus before
+        for i, q in enumerate(requests):
+            if q >= 0:
+                after = kv_tokens[i] + (int(batch.chunk_tokens[i]) if batch.chunk_mask[i] else 0) + \
+                    int(bool(batch.decode_mask[i]))
+                new = max(after - self.hbm.get(q, 0) - hbf_before[q], 0)
+                s = self.session[q]
+                self.block_bytes[s] = self.block_bytes.get(s, 0.0) + new * m.kv_token
+        per_token = m.kv_token
+        self._add_sums(dict(
+            busy_us=us, prefill_write_bytes=ps.chunk_tokens * per_token if self.all_hbf else to_hbf * per_token,
+            writeback_bytes=ps.decode * per_token if self.all_hbf else back_bytes, write_stall_us=stall,
+            program_busy_us=hw["busy_us"] if self.all_hbf else dash_busy, writeback_passes=float(back > 0),
+            expert_direct_bytes=direct, expert_direct_max_bytes=direct_max, expert_relay_bytes=relay,
+            hbm_read_bytes=hbm_read, hbf_read_bytes=hbf_read, stall_scale_us=0.0 if self.all_hbf else scale),
+            hbm_after, hbf_after)
+        layers, h = float(len(layer_us)), self.hbf
+        h["read_waves"] += layers * reads * waves
+        h["ideal_waves"] += layers * reads * ideal
+        h["kv_read_stall_us"] += layers * max(wave_us - byte_us, 0.0)
+        self.read_scale_us += layers * (wave_us + byte_us)
+        if n_wave > 0 and n_wave - offloaded <= 0:  # all offloaded: ceil of a float32 rounding of 0
+            self.ideal_slack += layers * reads
+        h["write_stall_us"] += stall
+        h["forced_writebacks"] += hw["forced"]
+        h["sram_overflow_passes"] += others > self.sram
+        h["sram_peak_bytes"] = max(h["sram_peak_bytes"], min(others, self.sram) + hw["peak_bytes"])
+        h["offloaded_bytes"] += layers * offloaded * page * reads
+        h["passes"] += 1
+        return us
+
+    # --- once per chunk (hbflex_system.mechanism's every_chunk) --------------------------------------
+    def every_chunk(self) -> None:
+        """Block append, LRU eviction, GC; the GC's moved pages read and programmed again, their time
+        added to the next iteration."""
+        new_bytes = np.zeros(self.blocks.r, np.float32)
+        for s, b in self.block_bytes.items():
+            new_bytes[s] = b
+        self.block_bytes = {}
+        self.blocks.write(new_bytes)
+        self.blocks.invalidate(self.cache.evict(self.running_kv, self.room_tokens, self.p["evict_threshold"]))
+        moved_bytes = self.blocks.collect() * self.bytes_per_page
+        self.gc_pending_us += moved_bytes * 1e-3 * (1.0 / max(self.write_gbps, 1e-9) + 1.0 / self.hbf_cut)
+
+    def hbf_totals(self) -> dict:
+        return dict(self.hbf)
+
+
+def serve(stream_id: int, seed: int, knobs: HbflexKnobs, config: HbflexConfig, trace=None,
+          max_iterations: int | None = None):
+    """One stream of ``hbflex_system.simulate(stream_id, seed, knobs, trace, config)`` in plain Python:
+    (:class:`reference.Result` with float µs times, :class:`reference.Totals`, the :class:`HbflexStep`,
+    whose ``hbf_totals()`` are the :class:`HbfTotals` fields, ``cache`` the sessions and ``blocks`` the
+    block store; ``loop_s`` is the loop's time without the JAX hashes and block-store calls)."""
+    sc = config.serve
+    require_choice("hbflex_reference.serve", "routing_draw", sc.routing_draw, ("counts",))
+    require_choice("hbflex_reference.serve", "wave_draw", config.wave_draw, ("table",))
+    reqs = rq.generate(stream_id, seed, knobs.serve.requests, trace, sc.requests)
+    valid = np.asarray(reqs.valid)
+    n = int(valid.sum())
+    assert valid[:n].all(), "valid requests must be a prefix"
+    step = HbflexStep(knobs, config, reqs, seed, stream_id)
+    caps = np.asarray(hbflex_system.admission_capacity(knobs, config).kv_capacity_tokens).tolist()
+    arrival = clock.to_us(reqs.arrival)[:n]
+    t0 = time.perf_counter()
+    result = reference.simulate(arrival, step.prompt[:n], step.output[:n], int(knobs.serve.batcher.chunk_tokens),
+                                int(knobs.serve.batcher.token_budget), caps, sc.batcher,
+                                max_iterations=max_iterations or sc.max_iterations, step=step, admit=step.admit,
+                                every_chunk=step.every_chunk, scan_chunk=sc.scan_chunk)
+    jax_s = step.uniforms.jax_s + (step.draws.jax_s if step.draws is not None else 0.0)
+    step.loop_s = time.perf_counter() - t0 - jax_s
+    return result, step.totals(), step
