@@ -261,3 +261,24 @@ def test_the_tabulated_law_reproduces_its_draws_and_interpolates_between_sizes()
     # 8 full stripes of 8 pages on 8 groups: the mean of the law is the exact balls-into-bins maximum
     mean, se = float(table.waves[-1].mean()), float(table.waves[-1].std()) / np.sqrt(s)
     assert abs(mean - expected_max_load(8, 8)) <= Z * se
+
+
+def test_the_tabulated_law_matches_exact_draws_between_tabulated_sizes():
+    # the serving step's O(1) draw against exact O(P) waves at sizes the table does not hold
+    knobs = w.WaveKnobs.make(balanced=1.0, scheduled=1.0, group_size=8, offload_fraction=0.1)
+    planes = 256
+    table = w.tabulate(knobs, planes)
+    config = w.WaveConfig(planes=planes, max_group_size=planes)
+    n_draws = 4096
+    for size in (37, 150):
+        assert size not in np.asarray(table.pages)
+        exact = jax.vmap(lambda d: w.wave_sample((jnp.uint32(9), d), size, knobs, config))(
+            jnp.arange(n_draws, dtype=jnp.uint32))
+        got = jax.vmap(lambda u: w.draw(table, size, u))((np.arange(n_draws) + 0.5) / n_draws)[0]
+        e = np.asarray(exact.waves, np.float64)
+        se = np.hypot(e.std() / np.sqrt(n_draws), np.asarray(table.waves).std() / np.sqrt(table.waves.shape[1]))
+        # the table interpolates linearly in size between its neighbours: within Z standard errors plus
+        # the larger neighbour gap (the interpolation's own error is below it)
+        lo, hi = np.searchsorted(np.asarray(table.pages), size) - 1, np.searchsorted(np.asarray(table.pages), size)
+        gap = abs(float(table.waves[hi].mean() - table.waves[lo].mean()))
+        assert abs(float(got.mean()) - e.mean()) <= Z * se + gap, (size, float(got.mean()), e.mean(), gap)

@@ -404,7 +404,7 @@ class HbflexStep(reference.ServeStep):
         pages = math.ceil(reading * m.kv_layer / page)
         n_wave = min(pages, planes)
         waves, offloaded = wave_draw(self.table, n_wave, self.uniforms(draw))
-        ideal = math.ceil(max(n_wave - offloaded, 0.0) / planes) if n_wave > 0 else 0.0
+        ideal = math.ceil(round(max(n_wave - offloaded, 0.0)) / planes) if n_wave > 0 else 0.0
         reads = math.ceil(pages / planes)
         to_hbm = p["offload_to_hbm"] * (offloaded / max(n_wave, 1.0) if n_wave > 0 else 0.0)
         wave_us = reads * waves * self.t_read

@@ -313,7 +313,8 @@ def mechanism(words: tuple, reqs: rq.Requests, knobs: HbflexKnobs, config: Hbfle
         else:
             u = rng.uniform01(rng.mix(*words, draw, Salt.WAVE_DRAW))
             waves, offloaded = wave.draw(knobs.read_table, n_wave, u)
-        ideal = jnp.where(n_wave > 0, jnp.ceil(jnp.maximum(n_wave - offloaded, 0.0) / n_planes), 0.0)
+        # the pages read from planes, whole (offload interpolated between tabulated sizes is fractional)
+        ideal = jnp.where(n_wave > 0, jnp.ceil(jnp.round(jnp.maximum(n_wave - offloaded, 0.0)) / n_planes), 0.0)
         # the layer reads ceil(pages / P) wave-sized parts, each as amplified as the sampled wave; pages
         # offloaded to SRAM still cross the link, those offloaded to HBM (FlashAccel) leave the HBF share
         reads = jnp.ceil(pages / n_planes)
@@ -443,6 +444,8 @@ def report(out: HbflexOutput) -> dict:
         "read_wave_amplification": h["read_waves"] / np.maximum(h["ideal_waves"], 1e-30),
         "write_stall_us_per_iteration": h["write_stall_us"] / iterations,
         "gc_ms_per_iteration": h["gc_us"] * 1e-3 / iterations,
+        "kv_read_stall_fraction": h["kv_read_stall_us"] / np.maximum(np.asarray(out.serve.totals.busy_us, np.float64),
+                                                                      1e-30),
         "sram_peak_bytes": h["sram_peak_bytes"],
         "sram_overflow_passes": h["sram_overflow_passes"],
         "forced_writebacks": h["forced_writebacks"],
