@@ -74,8 +74,9 @@ def test_serve_offers_a_load_relative_to_the_reference_backlogged_throughput(cap
     assert "--rate and --load: give one" in capsys.readouterr().err
 
 
-def test_serve_hbflex_organisations_report_the_hbf_keys_and_refuse_bad_options(capsys):
-    args = ["serve", "--system", "hbflex", "naive-hbf", "--model", "deepseek-v3", "--trace", "azure_llm_2023_code.csv",
+def test_serve_hbflex_organisations_report_the_hbf_keys_and_refuse_bad_options(capsys, real_trace):
+    args = ["serve", "--system", "hbflex", "naive-hbf", "--model", "deepseek-v3", "--trace",
+            str(real_trace("azure_llm_2023_code.csv")),
             "--requests", "12", "--warmup", "2", "--slots", "4", "--streams", "2", "--json"]
     assert main(args) == 0
     out = json.loads(capsys.readouterr().out)

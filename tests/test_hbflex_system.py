@@ -10,6 +10,7 @@ import pytest
 
 from _compiles import compilations
 from _tiny_models import GQA
+from conftest import real_trace_or_skip
 from hbfjax import batch as hb
 from hbfjax import clock, traces
 from hbfjax.memory import hbf_packages as hp
@@ -65,7 +66,7 @@ AZURE_REQUESTS, STREAMS = 48, 2  # the azure-trace tests share one shape (one co
 
 
 def _azure():
-    return (rq.TraceInputs.from_trace(traces.load_trace("azure_llm_2023_code.csv"), AZURE_REQUESTS),
+    return (rq.TraceInputs.from_trace(traces.load_trace(real_trace_or_skip("azure_llm_2023_code.csv")), AZURE_REQUESTS),
             _config(AZURE_REQUESTS, slots=8, replay="offset"))
 
 
