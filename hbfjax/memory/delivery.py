@@ -19,6 +19,13 @@ Aggregate rates (GB/s = 1e3 B/µs), with every data kind striped evenly over the
 ``shared_array_rate = 1`` makes ``min(A, S)`` a limit on Direct and Relay *together* (the physical
 reading, DESIGN.md §4); ``0`` applies it to each path alone (the reading under which the paper's ratios
 may have been obtained).
+
+Relaxation (DESIGN.md §6, for gradient tuning of the split only): with ``temperature_us`` given, the
+expert delivery's fixed split ``round(relay_fraction · n)`` is rounded straight through (exact forward
+value, identity derivative) and its two maxima (a path's transfer against the shared-array floor,
+then ``max(T_Direct, T_Relay)``) are ``hbfjax.tune.relax.soft_max`` at that temperature in µs: each
+lies above the exact max by at most ``temperature_us · log 2``, so a layer's delivery exceeds the
+exact one by at most ``2 · temperature_us · log 2``. ``None`` (the default) is the exact model.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import jax
 import jax.numpy as jnp
 
 from hbfjax.memory.organisations import OrgKnobs
+from hbfjax.tune.relax import soft_max
 
 US_PER_BYTE_AT_1_GBPS = 1e-3  # 1 GB/s = 1e3 bytes per µs
 LIMITS = ("link", "array", "sram")  # bottleneck codes of a path; ties go to the earlier name
@@ -138,14 +146,30 @@ def _path_model(n, b, knobs: OrgKnobs, window_us) -> _PathModel:
                       relay_link_gbps=knobs.relay_gbps, pairs=r.pairs)
 
 
-def _times(k, m: _PathModel):
+def _max2(a, b, temperature_us=None) -> jax.Array:
+    """``max(a, b)``, or its soft max at ``temperature_us`` (module docstring "Relaxation")."""
+    if temperature_us is None:
+        return jnp.maximum(a, b)
+    a, b = jnp.broadcast_arrays(_f(a), _f(b))
+    return soft_max(jnp.stack([a, b], axis=-1), temperature_us)
+
+
+def _round_half_up(x, temperature_us=None) -> jax.Array:
+    """``floor(x + 0.5)``; relaxed: the same value with the identity's derivative (straight through)."""
+    r = jnp.floor(x + 0.5)
+    return r if temperature_us is None else x + jax.lax.stop_gradient(r - x)
+
+
+def _times(k, m: _PathModel, temperature_us=None):
     """(T_Direct, T_Relay, startups) with ``k`` whole experts on Direct and the rest on Relay."""
     direct_bytes, relay_bytes = k * m.b, (m.n - k) * m.b
     fill = transfer_us(jnp.minimum(relay_bytes / m.pairs, m.chunk_bytes), m.relay_link_gbps)
     s_d = jnp.where(direct_bytes > 0, m.tr_us, 0.0)
     s_r = jnp.where(relay_bytes > 0, m.tr_us + fill, 0.0)
-    t_d = jnp.where(direct_bytes > 0, s_d + jnp.maximum(transfer_us(direct_bytes, m.direct_cap), m.floor_us), 0.0)
-    t_r = jnp.where(relay_bytes > 0, s_r + jnp.maximum(transfer_us(relay_bytes, m.relay_cap), m.floor_us), 0.0)
+    t_d = jnp.where(direct_bytes > 0,
+                    s_d + _max2(transfer_us(direct_bytes, m.direct_cap), m.floor_us, temperature_us), 0.0)
+    t_r = jnp.where(relay_bytes > 0,
+                    s_r + _max2(transfer_us(relay_bytes, m.relay_cap), m.floor_us, temperature_us), 0.0)
     return t_d, t_r, s_d, s_r
 
 
@@ -182,7 +206,7 @@ def _limit(path_bytes, total_bytes, link_gbps, r: Rates, shared) -> jax.Array:
     return jnp.argmin(candidates, axis=-1).astype(jnp.int32)
 
 
-def expert_delivery(needed, expert_bytes, knobs: OrgKnobs, window_us=math.inf) -> ExpertDelivery:
+def expert_delivery(needed, expert_bytes, knobs: OrgKnobs, window_us=math.inf, temperature_us=None) -> ExpertDelivery:
     """Deliver one MoE layer's needed routed experts from HBF to the GPU over Direct and Relay.
 
     ``needed``: bool[..., E] (the union of the batch's top-k picks) or a count; ``expert_bytes``: bytes of
@@ -212,7 +236,8 @@ def expert_delivery(needed, expert_bytes, knobs: OrgKnobs, window_us=math.inf) -
     floor-bound): 16 candidates, exact (``tests/test_delivery.py`` checks it against
     every k). Ties go to the first candidate in the order 0, n, crossings. An absent path
     (rate 0) has T = ∞ for any expert and so gets none. With ``balanced_split = 0``,
-    ``round(relay_fraction · n)`` experts go over Relay.
+    ``round(relay_fraction · n)`` experts go over Relay. ``temperature_us``: the relaxation of the
+    module docstring (None: exact).
     """
     n = _needed_count(needed)
     b = _f(expert_bytes)
@@ -221,10 +246,10 @@ def expert_delivery(needed, expert_bytes, knobs: OrgKnobs, window_us=math.inf) -
     ks = _balanced_candidates(m)
     t_d, t_r, _, _ = _times(ks, jax.tree_util.tree_map(lambda x: jnp.expand_dims(x, -1), m))
     best = jnp.take_along_axis(ks, jnp.argmin(jnp.maximum(t_d, t_r), axis=-1)[..., None], axis=-1)[..., 0]
-    fixed = n - jnp.floor(knobs.relay_fraction * n + 0.5)
+    fixed = n - _round_half_up(knobs.relay_fraction * n, temperature_us)
     k = jnp.where(knobs.balanced_split > 0.5, best, fixed)
-    t_d, t_r, s_d, s_r = _times(k, m)
-    total = jnp.maximum(t_d, t_r)
+    t_d, t_r, s_d, s_r = _times(k, m, temperature_us)
+    total = _max2(t_d, t_r, temperature_us)
     slow = (t_r > t_d).astype(jnp.int32)
     r, shared = rates(knobs), knobs.shared_array_rate > 0.5
     lim_d = _limit(k * b, n * b, r.direct_gbps, r, shared)
@@ -234,19 +259,22 @@ def expert_delivery(needed, expert_bytes, knobs: OrgKnobs, window_us=math.inf) -
                           delivery_us=total, slow_path=slow, limit=jnp.where(slow == 1, lim_r, lim_d))
 
 
-def expert_delivery_table(max_experts: int, expert_bytes, knobs: OrgKnobs) -> ExpertDelivery:
+def expert_delivery_table(max_experts: int, expert_bytes, knobs: OrgKnobs, temperature_us=None) -> ExpertDelivery:
     """:func:`expert_delivery` of 0 … ``max_experts`` needed experts (fields float32[max_experts + 1])
     with tR fully hidden, for :func:`expert_delivery_lookup`. Built once per run (the organisation and
     the expert size are fixed), it turns each layer's 16-candidate split search into one gather."""
     hidden = dataclasses.replace(knobs, lookahead=jnp.float32(1.0))
-    return expert_delivery(jnp.arange(max_experts + 1, dtype=jnp.float32), expert_bytes, hidden, window_us=math.inf)
+    return expert_delivery(jnp.arange(max_experts + 1, dtype=jnp.float32), expert_bytes, hidden, window_us=math.inf,
+                           temperature_us=temperature_us)
 
 
-def expert_delivery_lookup(table: ExpertDelivery, needed, knobs: OrgKnobs, window_us=math.inf) -> ExpertDelivery:
+def expert_delivery_lookup(table: ExpertDelivery, needed, knobs: OrgKnobs, window_us=math.inf,
+                           temperature_us=None) -> ExpertDelivery:
     """:func:`expert_delivery` of ``needed`` (bool[..., E] or counts <= the table's size) from a
     :func:`expert_delivery_table`: equal to it, because the exposed tR is added to every busy path's
     time alike — ``max(T_Direct, T_Relay) = tR_exposed + max(T'_Direct, T'_Relay)`` for every split
-    with a busy path — so the best split does not depend on it; only the times and startups shift."""
+    with a busy path — so the best split does not depend on it; only the times and startups shift.
+    ``temperature_us``: the relaxation of the module docstring (the table's own, built with it)."""
     n = _needed_count(needed).astype(jnp.int32)
     got = jax.tree_util.tree_map(lambda a: a[n], table)
     tr = knobs.t_read_us - knobs.lookahead * jnp.minimum(knobs.t_read_us, _f(window_us))
@@ -260,7 +288,8 @@ def expert_delivery_lookup(table: ExpertDelivery, needed, knobs: OrgKnobs, windo
     return got._replace(direct_us=t_d, relay_us=t_r,
                         direct_startup_us=jnp.where(got.direct_bytes > 0, got.direct_startup_us + tr, 0.0),
                         relay_startup_us=jnp.where(got.relay_bytes > 0, got.relay_startup_us + tr, 0.0),
-                        delivery_us=jnp.maximum(t_d, t_r), slow_path=slow, limit=jnp.where(slow == 1, lim_r, lim_d))
+                        delivery_us=_max2(t_d, t_r, temperature_us), slow_path=slow,
+                        limit=jnp.where(slow == 1, lim_r, lim_d))
 
 
 # --- parallel HBM/HBF reads (DASH §V-B "Parallel HBM/HBF Read") ------------------------------------

@@ -110,7 +110,7 @@ def _operator_delivery(costs: timing.OpCosts, kv_share: jax.Array, org: OrgKnobs
 
 def layer_times(batch: timing.Batch, needed: jax.Array, rows: jax.Array, kv_hbm_fraction, gpu: timing.GpuKnobs,
                 org: OrgKnobs, config: timing.TimingConfig, table=None, delivery_table=None,
-                kv_hbf_factor=1.0) -> LayerTimes:
+                kv_hbf_factor=1.0, temperature_us=None) -> LayerTimes:
     """Per-layer times of one iteration (module docstring). ``needed: bool[L_moe, E]`` and
     ``rows: int32[L_moe, E]`` are each MoE layer's routing (``hbfjax.workload.routing.route_layers``),
     in layer order (or, as count routing draws them, ``needed`` as int32[L_moe] counts and ``rows`` a
@@ -120,7 +120,9 @@ def layer_times(batch: timing.Batch, needed: jax.Array, rows: jax.Array, kv_hbm_
     organisation's ``delivery.expert_delivery_table`` for this model's experts, built once per run (the
     same delivery, one gather per layer instead of the split search). ``kv_hbf_factor`` (float32[] >= 1)
     multiplies the time of the HBF share of the attention's KV reads (read-wave amplification); the
-    bytes reported in ``hbf_read_bytes`` are then the amplified ones."""
+    bytes reported in ``hbf_read_bytes`` are then the amplified ones. ``temperature_us`` (None: exact)
+    relaxes the experts' split and path maxima (``delivery`` module docstring "Relaxation"; the table
+    must have been built with the same temperature)."""
     model = config.model
     kinds = np.array(model.layer_kinds)
     if not isinstance(rows, timing.EvenRows):
@@ -153,9 +155,11 @@ def layer_times(batch: timing.Batch, needed: jax.Array, rows: jax.Array, kv_hbm_
             moe_base_op[OPS.index("router")]
         window = window if model.lookahead_capable else jnp.float32(0.0)
         if delivery_table is None:
-            routed = delivery.expert_delivery(needed, expert_bytes(model), org, window_us=window)  # [L_moe]
+            routed = delivery.expert_delivery(needed, expert_bytes(model), org, window_us=window,
+                                              temperature_us=temperature_us)  # [L_moe]
         else:
-            routed = delivery.expert_delivery_lookup(delivery_table, needed, org, window_us=window)
+            routed = delivery.expert_delivery_lookup(delivery_table, needed, org, window_us=window,
+                                                     temperature_us=temperature_us)
         # only the experts column differs between MoE layers: cost it on [L_moe], the rest once
         routed_costs = timing.OpCosts(*(f[..., _EXPERTS] for f in experts))  # fields float32[L_moe]
         is_experts = jnp.arange(len(OPS)) == _EXPERTS

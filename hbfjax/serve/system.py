@@ -103,7 +103,10 @@ class ServeConfig:
 @dataclass(frozen=True)
 class ServeKnobs:
     """Everything a sweep may vary without recompiling: the organisation, the GPU, the batcher, the
-    request stream, the routing skew, and the HBM KV budget."""
+    request stream, the routing skew, and the HBM KV budget. ``relax_temperature_us`` None (the default)
+    is the exact engine; a float32[] relaxes the expert delivery's split and maxima at that temperature
+    in µs (``hbfjax.memory.delivery`` "Relaxation"; DESIGN.md §6), for gradient tuning only. Being None
+    or an array is pytree structure, so the choice is static: the exact engine compiles as before."""
 
     org: OrgKnobs
     gpu: timing.GpuKnobs
@@ -111,6 +114,7 @@ class ServeKnobs:
     requests: rq.RequestKnobs
     routing: routing.RoutingKnobs
     hbm_kv_budget_bytes: jax.Array  # float32[] HBM-resident KV above which writeback starts; < 0: derived
+    relax_temperature_us: jax.Array | None = None  # float32[] > 0: relaxed delivery (tuning); None: exact
 
     @classmethod
     def make(cls, org: OrgKnobs, gpu: timing.GpuKnobs, batcher: BatcherKnobs, requests: rq.RequestKnobs,
@@ -217,7 +221,7 @@ def pass_times(words: tuple, batch: timing.Batch, draw, knobs: ServeKnobs, confi
     reads' read-wave amplification, ``layer_time.layer_times``)."""
     needed, rows = pass_routing(words, batch, draw, knobs, config)
     return layer_time.layer_times(batch, needed, rows, kv_hbm_fraction, knobs.gpu, knobs.org, config.timing, table,
-                                  delivery_table, kv_hbf_factor)
+                                  delivery_table, kv_hbf_factor, knobs.relax_temperature_us)
 
 
 def delivery_table(knobs: ServeKnobs, config: ServeConfig):
@@ -225,7 +229,8 @@ def delivery_table(knobs: ServeKnobs, config: ServeConfig):
     model): built once per run, looked up by every layer of every pass."""
     if not config.model.is_moe:
         return None
-    return delivery.expert_delivery_table(config.model.routed_experts, layer_time.expert_bytes(config.model), knobs.org)
+    return delivery.expert_delivery_table(config.model.routed_experts, layer_time.expert_bytes(config.model), knobs.org,
+                                          knobs.relax_temperature_us)
 
 
 class PassResult(NamedTuple):
@@ -236,12 +241,32 @@ class PassResult(NamedTuple):
     totals: Totals
 
 
+def budget_straight_through(shares: tuple, kv: kv_tiers.KvTiers, kv_tokens, batch: timing.Batch,
+                            capacity: kv_tiers.Capacity, knobs: ServeKnobs, config: ServeConfig) -> tuple:
+    """The read shares (decode, chunk) with a straight-through derivative of the decode share in the HBM
+    KV budget (relaxed runs only; DESIGN.md §6). The KV booking is in whole tokens and page-wave units,
+    so the exact derivative is zero; but while writeback binds (the HBM-resident KV within one unit of
+    the budget) the HBM-resident KV *is* the budget, so the share moves by one token over the decode
+    slots' KV tokens per budget token. The value is the exact share; the derivative ignores the
+    quantisation to units and that a few HBM tokens may sit in slots that are not decoding."""
+    decode, chunk = shares
+    binding = kv.hbm_tokens.sum() + capacity.writeback_unit_tokens > capacity.hbm_budget_tokens
+    den = jnp.where(batch.decode_mask, kv_tokens, 0).sum()
+    budget_tokens = knobs.hbm_kv_budget_bytes / float(config.model.kv_bytes_per_token)
+    s = jnp.where(binding & (den > 0), budget_tokens / jnp.maximum(den, 1).astype(jnp.float32), 0.0)
+    return decode + (s - jax.lax.stop_gradient(s)), chunk
+
+
 def serve_pass(words: tuple, kv: kv_tiers.KvTiers, kv_tokens, batch: timing.Batch, draw, capacity: kv_tiers.Capacity,
                knobs: ServeKnobs, config: ServeConfig, table=None, experts=None) -> PassResult:
     """One GPU pass on the organisation (module docstring): read shares from the KV residency, layer
     times, the pass's KV placed and written back, and the writes' exposed stall (``experts``: the run's
-    :func:`delivery_table`)."""
-    times = pass_times(words, batch, draw, knobs, config, kv_tiers.read_shares(kv, kv_tokens, batch), table, experts)
+    :func:`delivery_table`). Relaxed knobs (``relax_temperature_us``) add the budget's straight-through
+    derivative to the shares (:func:`budget_straight_through`)."""
+    shares = kv_tiers.read_shares(kv, kv_tokens, batch)
+    if knobs.relax_temperature_us is not None:
+        shares = budget_straight_through(shares, kv, kv_tokens, batch, capacity, knobs, config)
+    times = pass_times(words, batch, draw, knobs, config, shares, table, experts)
     new_kv, moves = kv_tiers.book(kv, kv_tokens, batch, knobs.org, capacity)
     writes = layer_time.kv_writes(times, moves.to_hbf_tokens, moves.writeback_tokens, knobs.org, config.model)
     work = batching.has_work(batch)

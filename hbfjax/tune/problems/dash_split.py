@@ -1,0 +1,178 @@
+"""``dash-split``: the DASH Direct/Relay split and the HBM writeback threshold of a serving run (DASH §V-B,
+§V-C, §VI-E; issue 13 problem 3).
+
+A fixed batch (all requests queued at t = 0, so the GPU never idles and the throughput is the
+saturated one) is served on DASH (``hbfjax.memory.organisations.dash``, ``balanced_split = 0``) by the
+serving engine (``hbfjax.serve.system.simulate``). The two knobs:
+
+* ``relay_fraction`` (Fraction 0–1): the share of each MoE layer's needed experts sent over Relay,
+  ``round(relay_fraction · n)`` whole experts (``OrgKnobs.relay_fraction``). The layer's expert delivery
+  is ``max(T_Direct, T_Relay)``, each path bounded below by the stacks' shared array rate;
+* ``hbm_kv_budget_gb`` (GB, Fraction from 0 to the batch's peak decode KV ``B · L_out · KV bytes per
+  token``; above it nothing is ever written back): the HBM-resident KV above which decode KV is written
+  back to HBF (``ServeKnobs.hbm_kv_budget_bytes``). It sets how much of the attention's KV is read from
+  HBM rather than HBF (prefill KV is written straight to HBF), and how much is written back.
+
+Objective: ``−throughput`` (output tokens/s per stream, from the first arrival to the last finish, as
+``hbfjax.serve.metrics``), averaged over ``streams`` streams on common random numbers (requests and
+routing hash only (seed, stream, pass, layer)).
+
+Relaxation (``relax`` given; temperature in **µs** of path delivery time): ``round(relay_fraction · n)``
+straight through (forward exact) and the two maxima of each layer's expert delivery (a path's transfer
+against the shared-array floor, then ``max(T_Direct, T_Relay)``) as ``soft_max``: bias per MoE layer
+and pass in [0, 2 · t · log 2] µs, so the relaxed busy time exceeds the exact one by at most
+``2 · t · log 2 · MoE layers · passes`` and the relaxed throughput is never above the exact one. The
+budget acts through whole tokens and page-wave units of the KV booking (exact derivative zero); the
+relaxed engine gives it a straight-through derivative (``system.budget_straight_through``: while
+writeback binds, the HBM-resident KV is the budget), temperature-free and unbiased in value, biased in
+slope by the unit quantisation. The rollout is a ``while_loop``: ``reverse_mode=False``.
+
+Landscape (measured, module defaults; see the issue-13 report): the split has a plateau where the
+shared array rate, not a link, bounds both paths (relay_fraction ≈ 0.44–0.56 with DASH's equal
+links), falling off linearly towards all-Direct or all-Relay; the budget has an interior optimum near
+a quarter of the peak decode KV: keeping all decode KV in HBM reads too much over the slower HBM
+side, writing it all back reads too much from HBF alone (``delivery.read_cuts``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+
+from hbfjax import clock
+from hbfjax.memory import delivery
+from hbfjax.memory import organisations as orgs
+from hbfjax.serve import system
+from hbfjax.serve.state import BatcherConfig, BatcherKnobs
+from hbfjax.tune.problem import Fraction, Knob, Problem, TuneDefaults
+from hbfjax.validate import require, require_choice, require_int
+from hbfjax.workload import gpus, models, timing
+from hbfjax.workload import requests as rq
+
+NAME = "dash-split"
+CHUNK_TOKENS, TOKEN_BUDGET = 512, 8192  # DASH §VI-E
+GPU = "h100-pcie"  # DASH §VI-A
+ITERATION_MARGIN = 64
+RELAY_GRID = tuple(round(0.05 * i, 2) for i in range(21))
+BUDGET_GRID_SHARES = (0.0, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0)  # of the peak decode KV
+
+
+def iterations_bound(batch: int, prompt: int, output: int) -> int:
+    """Iterations a fixed batch needs at most: its B·⌈L_in/chunk⌉ chunks at no fewer than
+    min(B, (budget − B) // chunk) an iteration, then L_out − 1 decode iterations."""
+    per_iteration = max(1, min(batch, (TOKEN_BUDGET - batch) // CHUNK_TOKENS))
+    return math.ceil(batch * math.ceil(prompt / CHUNK_TOKENS) / per_iteration) + output - 1 + ITERATION_MARGIN
+
+
+def serve_config(model: models.ModelSpec, batch: int, prompt: int, output: int) -> system.ServeConfig:
+    """The fixed-batch ServeConfig (as ``hbfjax serve`` builds one: pass tokens = min(budget, B·(1 + chunk)))."""
+    return system.ServeConfig(model=model, batcher=BatcherConfig(slots=batch, mode="mixed"),
+                              requests=rq.RequestsConfig(requests=batch, arrivals="batch"),
+                              max_pass_tokens=system.pass_token_bound(batch, CHUNK_TOKENS, TOKEN_BUDGET),
+                              max_iterations=iterations_bound(batch, prompt, output), scan_chunk=32)
+
+
+def base_knobs(batch: int, prompt: int, output: int, gpu: str = GPU, balanced: bool = False) -> system.ServeKnobs:
+    """DASH with a fixed split (or the balanced one), the GPU, DASH's batcher and the fixed batch."""
+    org = orgs.dash(balanced_split=1.0 if balanced else 0.0)
+    lengths = dict(prompt=rq.LengthKnobs.make(prompt), output=rq.LengthKnobs.make(output))
+    return system.ServeKnobs.make(org, timing.GpuKnobs.make(gpu),
+                                  BatcherKnobs.make(chunk_tokens=CHUNK_TOKENS, token_budget=TOKEN_BUDGET),
+                                  rq.RequestKnobs.make(batch=batch, **lengths), hbm_kv_budget_bytes=0.0)
+
+
+def with_values(knobs: system.ServeKnobs, values: dict, temperature_us=None) -> system.ServeKnobs:
+    """``knobs`` at the knob values (f32[] each), relaxed at ``temperature_us`` (None: exact)."""
+    org = dataclasses.replace(knobs.org, relay_fraction=jnp.asarray(values["relay_fraction"], jnp.float32))
+    budget = jnp.asarray(values["hbm_kv_budget_gb"], jnp.float32) * 1e9
+    return dataclasses.replace(knobs, org=org, hbm_kv_budget_bytes=budget, relax_temperature_us=temperature_us)
+
+
+def span_s(out: system.ServeOutput) -> jax.Array:
+    """float32[] seconds from the first valid arrival to the last valid finish of one stream."""
+    big = jnp.int32(2**31 - 1)
+    last_s = jnp.where(out.valid, out.finish.s, -1).max()
+    last = clock.Clock(last_s, jnp.where(out.valid & (out.finish.s == last_s), out.finish.us, -1.0).max())
+    first_s = jnp.where(out.valid, out.arrival.s, big).min()
+    first = clock.Clock(first_s, jnp.where(out.valid & (out.arrival.s == first_s), out.arrival.us, 1e7).min())
+    return clock.diff_us(last, first) * 1e-6
+
+
+def throughput_tokens_per_s(out: system.ServeOutput) -> jax.Array:
+    """float32[] output tokens over the span of one stream (``metrics.per_stream`` with no warm-up)."""
+    tokens = jnp.where(out.valid, out.tokens_out, 0).sum().astype(jnp.float32)
+    return tokens / span_s(out)
+
+
+def tpot_ms(out: system.ServeOutput) -> jax.Array:
+    """float32[] mean TPOT (ms) of one stream's requests with more than one output token."""
+    several = out.valid & (out.tokens_out > 1)
+    per = clock.diff_us(out.finish, out.first_token) * 1e-3 / jnp.maximum(out.tokens_out - 1, 1)
+    return jnp.where(several, per, 0.0).sum() / jnp.maximum(several.sum(), 1)
+
+
+def _utilisation(nbytes, gbps, busy_us) -> jax.Array:
+    return jnp.where(gbps > 0, nbytes / (jnp.maximum(gbps, 1e-30) * 1e3 * jnp.maximum(busy_us, 1e-30)), 0.0)
+
+
+def make(*, streams: int = 1, lam: float | None = None, model: str = "mixtral-8x22b", batch: int = 64,
+         prompt: int = 256, output: int = 512, gpu: str = GPU) -> Problem:
+    """The problem on ``model`` serving a fixed batch of ``batch`` requests of ``prompt`` → ``output``
+    tokens on ``gpu`` (module docstring). ``lam`` has no meaning here (no penalty): it must be None."""
+    c = NAME
+    streams = require_int(c, "streams", streams, 1, 4096)
+    require(lam is None, c, "lam", lam, "this problem has no penalty term: leave it unset")
+    require_choice(c, "model", model, tuple(models.PRESETS))
+    require_choice(c, "gpu", gpu, tuple(gpus.PRESETS))
+    batch = require_int(c, "batch", batch, 1, 4096)
+    prompt = require_int(c, "prompt", prompt, 1, rq.MAX_TOKENS)
+    output = require_int(c, "output", output, 2, rq.MAX_TOKENS)
+    spec = models.preset(model)
+    require_int(c, "model.routed_experts", spec.routed_experts, 2)  # a split needs experts to split
+    config = serve_config(spec, batch, prompt, output)
+    fixed, balanced = base_knobs(batch, prompt, output, gpu), base_knobs(batch, prompt, output, gpu, balanced=True)
+    peak_gb = batch * output * spec.kv_bytes_per_token / 1e9
+    ids = jnp.arange(streams, dtype=jnp.int32)
+
+    def run(knobs, seed):
+        return jax.vmap(lambda i: system.simulate(i, seed, knobs, None, config))(ids)
+
+    def objective(values, seed, relax=None):
+        t = None if relax is None else relax.temperature
+        out = run(with_values(fixed, values, t), seed)
+        return -jnp.mean(jax.vmap(throughput_tokens_per_s)(out))
+
+    def report(values, seed):
+        knobs = with_values(fixed, values)
+        out = run(knobs, seed)
+        ref = run(with_values(balanced, values), seed)
+        tot = out.totals
+        r = delivery.rates(knobs.org)
+        mean = lambda x: jnp.mean(jnp.asarray(x, jnp.float32))  # noqa: E731
+        return {
+            "throughput_tokens_per_s": mean(jax.vmap(throughput_tokens_per_s)(out)),
+            "balanced_throughput_tokens_per_s": mean(jax.vmap(throughput_tokens_per_s)(ref)),
+            "tpot_ms": mean(jax.vmap(tpot_ms)(out)),
+            "writeback_gb": mean(tot.writeback_bytes) * 1e-9,
+            "write_stall_s": mean(tot.write_stall_us) * 1e-6,
+            "busy_s": mean(tot.busy_us) * 1e-6,
+            "utilisation_expert_direct": mean(_utilisation(tot.expert_direct_bytes, r.direct_gbps, tot.busy_us)),
+            "utilisation_expert_relay": mean(_utilisation(tot.expert_relay_bytes, r.relay_gbps, tot.busy_us)),
+        }
+
+    knobs = (
+        Knob("relay_fraction", Fraction(0.0, 1.0), RELAY_GRID,
+             "share of each MoE layer's needed experts sent over Relay (DASH §V-B, §VI-E)"),
+        Knob("hbm_kv_budget_gb", Fraction(0.0, peak_gb), tuple(round(s * peak_gb, 6) for s in BUDGET_GRID_SHARES),
+             f"HBM-resident KV (GB) above which decode KV is written back to HBF; {peak_gb:.3g} GB: never"),
+    )
+    defaults = TuneDefaults(init={"relay_fraction": 0.2, "hbm_kv_budget_gb": peak_gb}, steps=20, learning_rate=0.3,
+                            temperature_start=50.0, temperature_end=1.0, sigma=0.3, samples=2, fd_step=0.25)
+    return Problem(name=NAME, knobs=knobs, objective=objective, objective_label="−throughput (output tokens/s)",
+                   defaults=defaults, streams=streams, report=report, reverse_mode=False, minimise=False,
+                   description="DASH Direct/Relay split and HBM writeback threshold, fixed batch at saturation",
+                   extra={"model": model, "batch": batch, "prompt": prompt, "output": output, "gpu": gpu,
+                          "peak_decode_kv_gb": peak_gb})

@@ -1,0 +1,180 @@
+"""The ``dash-split`` tuning problem (issue 13 problem 3): its exact objective is the serving engine's
+throughput, its relaxation tends to it within the stated bias, common random numbers, vmap, and the
+forward-mode gradient against finite differences of the exact landscape.
+
+Small run (one stream, 8 requests of 64 → 32 tokens on Qwen3-235B): every exact value comes from one
+vmapped call over the grid and a few extra points (one compilation), every relaxed value and
+derivative from one vmapped ``jax.jvp`` call."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from hbfjax import batch, rng
+from hbfjax.memory import organisations as orgs
+from hbfjax.serve import metrics, system
+from hbfjax.tune.problems import dash_split
+from hbfjax.tune.relax import Relax
+from hbfjax.validate import ConfigError
+from hbfjax.workload import models
+
+SETTINGS = dict(streams=1, model="qwen3-235b-a22b", batch=8, prompt=64, output=32)
+SEED = 3
+PROBLEM = dash_split.make(**SETTINGS)
+MODEL = models.preset(PROBLEM.extra["model"])
+PEAK_GB = PROBLEM.extra["peak_decode_kv_gb"]
+MID_GB = PROBLEM.knob("hbm_kv_budget_gb").grid[2]
+SLOPE_AT, FD_H = 0.3, 0.05  # the landscape slopes there (Direct-bound); central difference half-width
+# extra exact points after the grid: a central difference, and budgets at and above the peak decode KV
+EXTRA = [(SLOPE_AT + FD_H, MID_GB), (SLOPE_AT - FD_H, MID_GB), (SLOPE_AT, MID_GB), (SLOPE_AT, PEAK_GB),
+         (SLOPE_AT, 1.5 * PEAK_GB), (0.5, MID_GB)]
+TEMPERATURES_US = (20.0, 2.0, 0.2)
+
+
+def _point(f, gb):
+    return {"relay_fraction": f, "hbm_kv_budget_gb": gb}
+
+
+@pytest.fixture(scope="module")
+def exact():
+    """Exact objective of every grid point then of EXTRA, in one vmapped call: (grid values, extras)."""
+    points = PROBLEM.grid_points() + [_point(f, gb) for f, gb in EXTRA]
+    seed = rng.seed_word(SEED)
+    out = np.asarray(jax.jit(jax.vmap(lambda v: PROBLEM.objective(v, seed, None)))(PROBLEM.stack(points)))
+    n = len(points) - len(EXTRA)
+    return out[:n].reshape(len(PROBLEM.knobs[0].grid), len(PROBLEM.knobs[1].grid)), out[n:]
+
+
+@pytest.fixture(scope="module")
+def relaxed():
+    """(value, d/d relay_fraction, d/d budget) of the relaxed objective at (SLOPE_AT, MID_GB) for each
+    temperature, and at 0.5 (the plateau) for the last; plus the exact jvp at SLOPE_AT."""
+    seed = rng.seed_word(SEED)
+
+    def jvp(t, f, gb, df, dgb):
+        relax = Relax(t)
+        return jax.jvp(lambda a, b: PROBLEM.objective(_point(a, b), seed, relax), (f, gb), (df, dgb))
+
+    rows = [(t, SLOPE_AT, MID_GB, 1.0, 0.0) for t in TEMPERATURES_US] + [
+        (TEMPERATURES_US[-1], SLOPE_AT, MID_GB, 0.0, 1.0), (TEMPERATURES_US[-1], 0.5, MID_GB, 1.0, 0.0)]
+    cols = [jnp.asarray(c, jnp.float32) for c in zip(*rows)]
+    value, deriv = jax.jit(jax.vmap(jvp))(*cols)
+    exact_jvp = jax.jit(lambda f: jax.jvp(lambda a: PROBLEM.objective(_point(a, jnp.float32(MID_GB)), seed, None),
+                                          (f,), (jnp.float32(1.0),)))(jnp.float32(SLOPE_AT))
+    return np.asarray(value), np.asarray(deriv), [float(x) for x in exact_jvp]
+
+
+def _engine_run(points, balanced=False):
+    """The engine run the existing way (``batch.run`` of ``system.simulate``, knob axis), knobs built
+    from the organisation constructors: per point, (metrics throughput, busy µs, iterations)."""
+    sp = dash_split.base_knobs(SETTINGS["batch"], SETTINGS["prompt"], SETTINGS["output"])
+    knobs = [system.ServeKnobs.make(orgs.dash(balanced_split=1.0 if balanced else 0.0, relay_fraction=f), sp.gpu,
+                                    sp.batcher, sp.requests, hbm_kv_budget_bytes=gb * 1e9) for f, gb in points]
+    cfg = dash_split.serve_config(MODEL, SETTINGS["batch"], SETTINGS["prompt"], SETTINGS["output"])
+    out = batch.run(system.simulate, SETTINGS["streams"], SEED, batch.stack_knobs(knobs), cfg, knob_axis=True)
+    rows = []
+    for k in range(len(points)):
+        o = jax.tree_util.tree_map(lambda a, k=k: a[:, k], out)
+        s = metrics.summary(metrics.times(o.arrival, o.first_token, o.finish, o.tokens_out, o.valid))
+        rows.append((s["throughput_tokens_per_s"], float(o.totals.busy_us[0]), int(o.iterations[0])))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def engine():
+    """Fixed splits at (SLOPE_AT, MID_GB) and (0.5, MID_GB), then the balanced split at MID_GB, in one run."""
+    fixed = _engine_run([(SLOPE_AT, MID_GB), (0.5, MID_GB)])
+    return fixed, _engine_run([(0.5, MID_GB)], balanced=True)[0]
+
+
+def test_exact_objective_is_minus_the_engines_throughput(exact, engine):
+    fixed, _ = engine
+    _, extra = exact
+    assert -extra[2] == pytest.approx(fixed[0][0], rel=2e-6)
+    assert -extra[5] == pytest.approx(fixed[1][0], rel=2e-6)
+
+
+def test_balanced_split_is_at_least_every_fixed_split(exact, engine):
+    """balanced_split = 1 minimises every layer's max(T_Direct, T_Relay) over whole experts, and the
+    fixed batch's schedule does not depend on times, so no fixed split serves faster."""
+    grid, _ = exact
+    _, balanced = engine
+    column = list(PROBLEM.knob("hbm_kv_budget_gb").grid).index(MID_GB)
+    assert balanced[0] >= -grid[:, column].min() * (1 - 2e-6)
+    assert balanced[0] == pytest.approx(-grid[:, column].min(), rel=5e-3)  # the grid's best split is as good
+
+
+def test_landscape_has_an_interior_optimum_in_the_split(exact):
+    """All-Direct and all-Relay each leave one path idle: the best split is inside, near the middle."""
+    grid, _ = exact
+    relay = np.array(PROBLEM.knob("relay_fraction").grid)
+    best = relay[np.unravel_index(np.argmin(grid), grid.shape)[0]]
+    assert 0.3 < best < 0.7
+    assert grid.min() < 0.8 * min(grid[0].min(), grid[-1].min())  # at least 25 % above either end
+
+
+def test_common_random_numbers_budget_above_peak_decode_kv_changes_nothing(exact):
+    """A budget at or above the batch's peak decode KV never writes back: bit-identical objectives."""
+    _, extra = exact
+    assert extra[3] == extra[4]
+
+
+def test_vmap_equals_point_by_point(exact):
+    _, extra = exact
+    seed = rng.seed_word(SEED)
+    one = jax.jit(lambda v: PROBLEM.objective(v, seed, None))
+    for k in (0, 5):
+        f, gb = EXTRA[k]
+        got = float(one({"relay_fraction": jnp.float32(f), "hbm_kv_budget_gb": jnp.float32(gb)}))
+        assert got == pytest.approx(float(extra[k]), rel=1e-6)
+
+
+def test_relaxed_tends_to_exact_within_the_stated_bias(exact, relaxed, engine):
+    """0 <= relaxed − exact <= throughput × δ / busy with δ = 2·t·log 2 per MoE layer and pass (module
+    docstring), and the gap shrinks with the temperature."""
+    _, extra = exact
+    value, _, _ = relaxed
+    thr, busy_us, iterations = engine[0][0]
+    moe = sum(k == "moe" for k in MODEL.layer_kinds)
+    gaps = value[:len(TEMPERATURES_US)] - extra[2]
+    for t, gap in zip(TEMPERATURES_US, gaps):
+        bound = thr * 2 * t * math.log(2) * moe * iterations / busy_us
+        assert -1e-6 * thr <= gap <= bound
+    assert gaps[0] > 0 and gaps[0] >= gaps[1] >= gaps[2]
+    assert abs(gaps[2]) <= 1e-6 * thr  # at 0.2 µs the soft maxima are the maxima to float32
+
+
+def test_relaxed_derivative_matches_a_central_difference_of_the_exact_objective(exact, relaxed):
+    _, extra = exact
+    _, deriv, exact_jvp = relaxed
+    fd = (extra[0] - extra[1]) / (2 * FD_H)
+    assert fd < 0  # more Relay helps where Direct is the slow path
+    for d in deriv[:len(TEMPERATURES_US)]:
+        assert d == pytest.approx(fd, rel=0.1)
+    assert abs(deriv[-1]) < 0.05 * abs(fd)  # on the plateau the slope is (almost) flat
+    assert exact_jvp[1] == 0.0  # the exact engine's split is piecewise constant: zero pathwise derivative
+    # the budget's straight-through derivative: non-zero with the sign of the exact landscape's slope (its
+    # size is not pinned: in this small run the budgets span only a few page-wave writeback units)
+    fd_budget = budget_fd(exact)
+    assert fd_budget < 0 and deriv[len(TEMPERATURES_US)] < 0
+
+
+def budget_fd(exact):
+    grid, _ = exact
+    i = list(PROBLEM.knob("relay_fraction").grid).index(SLOPE_AT)
+    gbs = PROBLEM.knob("hbm_kv_budget_gb").grid
+    return (grid[i, 3] - grid[i, 1]) / (gbs[3] - gbs[1])
+
+
+def test_bad_settings_are_refused():
+    with pytest.raises(ConfigError, match="lam"):
+        dash_split.make(lam=1.0)
+    with pytest.raises(ConfigError, match="batch"):
+        dash_split.make(batch=0)
+    with pytest.raises(ConfigError, match="model"):
+        dash_split.make(model="no-such-model")
