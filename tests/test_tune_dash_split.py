@@ -178,3 +178,11 @@ def test_bad_settings_are_refused():
         dash_split.make(batch=0)
     with pytest.raises(ConfigError, match="model"):
         dash_split.make(model="no-such-model")
+
+
+def test_default_tune_run_reaches_the_grid_optimum_within_2_percent_using_a_fifth_of_its_evaluations():
+    loop = pytest.importorskip("hbfjax.tune.loop")
+    result = loop.tune(PROBLEM, estimator="smooth", seed=SEED)
+    assert result.evaluations <= result.grid_evaluations / 5
+    assert result.gap <= 0.02
+    assert not result.gradient_zero and not result.zero_gradient_knobs
