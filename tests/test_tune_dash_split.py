@@ -8,6 +8,7 @@ derivative from one vmapped ``jax.jvp`` call."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
@@ -162,6 +163,28 @@ def test_relaxed_derivative_matches_a_central_difference_of_the_exact_objective(
     # size is not pinned: in this small run the budgets span only a few page-wave writeback units)
     fd_budget = budget_fd(exact)
     assert fd_budget < 0 and deriv[len(TEMPERATURES_US)] < 0
+
+
+def test_relaxed_expert_delivery_bias_and_straight_through_slope():
+    """Per layer, without a serving run: relaxed − exact delivery in [0, 2·t·log 2] µs for any split, and
+    where Direct is the slow path and above the array floor, d T / d relay_fraction is the envelope's
+    −n · b / D (straight-through rounding of the expert count)."""
+    from hbfjax.memory import delivery
+    b, n = 37.7e6, 100.0
+    fractions = jnp.linspace(0.0, 1.0, 41)
+    for t in (30.0, 1.0):
+        def at(f, t=t):
+            org = dataclasses.replace(orgs.dash(balanced_split=0.0), relay_fraction=f)
+            return (delivery.expert_delivery(jnp.float32(n), b, org, temperature_us=t).delivery_us,
+                    delivery.expert_delivery(jnp.float32(n), b, org).delivery_us)
+        relaxed_us, exact_us = (np.asarray(a) for a in jax.vmap(at)(fractions))
+        assert np.all(relaxed_us >= exact_us - 1e-3) and np.all(relaxed_us - exact_us <= 2 * t * math.log(2) + 1e-3)
+    org = orgs.dash(balanced_split=0.0)
+    rate = delivery.rates(org)
+    slope = jax.jvp(lambda f: delivery.expert_delivery(
+        jnp.float32(n), b, dataclasses.replace(org, relay_fraction=f), temperature_us=0.01).delivery_us,
+        (jnp.float32(0.2),), (jnp.float32(1.0),))[1]
+    assert float(slope) == pytest.approx(-n * b * 1e-3 / float(rate.direct_gbps), rel=1e-4)
 
 
 def budget_fd(exact):
