@@ -2,9 +2,10 @@
 throughput, its relaxation tends to it within the stated bias, common random numbers, vmap, and the
 forward-mode gradient against finite differences of the exact landscape.
 
-Small run (one stream, 8 requests of 64 → 32 tokens on Qwen3-235B): every exact value comes from one
-vmapped call over the grid and a few extra points (one compilation), every relaxed value and
-derivative from one vmapped ``jax.jvp`` call."""
+Small run (one stream, 8 requests of 64 → 32 tokens on Qwen3-235B, many experts so the split is
+nearly continuous): exact values come from the grid the tuner is checked against
+(``evaluate_grid``) and from one-point evaluations, every relaxed value and derivative from one
+vmapped ``jax.jvp`` call."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ import pytest
 from hbfjax import batch, rng
 from hbfjax.memory import organisations as orgs
 from hbfjax.serve import metrics, system
+from hbfjax.tune import grid as tune_grid
+from hbfjax.tune import loop
 from hbfjax.tune.problems import dash_split
 from hbfjax.tune.relax import Relax
 from hbfjax.validate import ConfigError
@@ -42,19 +45,23 @@ def _point(f, gb):
 
 
 @pytest.fixture(scope="module")
-def exact():
-    """Exact objective of every grid point then of EXTRA, in one vmapped call: (grid values, extras)."""
-    points = PROBLEM.grid_points() + [_point(f, gb) for f, gb in EXTRA]
-    seed = rng.seed_word(SEED)
-    out = np.asarray(jax.jit(jax.vmap(lambda v: PROBLEM.objective(v, seed, None)))(PROBLEM.stack(points)))
-    n = len(points) - len(EXTRA)
-    return out[:n].reshape(len(PROBLEM.knobs[0].grid), len(PROBLEM.knobs[1].grid)), out[n:]
+def grid_result():
+    """The exhaustive grid as ``hbfjax tune`` checks against it (one compiled call, shared with the tune test)."""
+    return tune_grid.evaluate_grid(PROBLEM, SEED)
+
+
+@pytest.fixture(scope="module")
+def exact(grid_result):
+    """Exact objective at every grid point (vmapped, ``evaluate_grid``) and at each of EXTRA (one point at a
+    time, ``tune.grid.evaluate``: the compilation the tuner's final evaluation uses)."""
+    grid = grid_result.objective.reshape(len(PROBLEM.knobs[0].grid), len(PROBLEM.knobs[1].grid))
+    return grid, np.array([tune_grid.evaluate(PROBLEM, _point(f, gb), SEED) for f, gb in EXTRA])
 
 
 @pytest.fixture(scope="module")
 def relaxed():
     """(value, d/d relay_fraction, d/d budget) of the relaxed objective at (SLOPE_AT, MID_GB) for each
-    temperature, and at 0.5 (the plateau) for the last; plus the exact jvp at SLOPE_AT."""
+    temperature, and at 0.5 (the plateau) for the last."""
     seed = rng.seed_word(SEED)
 
     def jvp(t, f, gb, df, dgb):
@@ -65,9 +72,7 @@ def relaxed():
         (TEMPERATURES_US[-1], SLOPE_AT, MID_GB, 0.0, 1.0), (TEMPERATURES_US[-1], 0.5, MID_GB, 1.0, 0.0)]
     cols = [jnp.asarray(c, jnp.float32) for c in zip(*rows)]
     value, deriv = jax.jit(jax.vmap(jvp))(*cols)
-    exact_jvp = jax.jit(lambda f: jax.jvp(lambda a: PROBLEM.objective(_point(a, jnp.float32(MID_GB)), seed, None),
-                                          (f,), (jnp.float32(1.0),)))(jnp.float32(SLOPE_AT))
-    return np.asarray(value), np.asarray(deriv), [float(x) for x in exact_jvp]
+    return np.asarray(value), np.asarray(deriv)
 
 
 def _engine_run(points, balanced=False):
@@ -126,20 +131,19 @@ def test_common_random_numbers_budget_above_peak_decode_kv_changes_nothing(exact
 
 
 def test_vmap_equals_point_by_point(exact):
-    _, extra = exact
-    seed = rng.seed_word(SEED)
-    one = jax.jit(lambda v: PROBLEM.objective(v, seed, None))
-    for k in (0, 5):
-        f, gb = EXTRA[k]
-        got = float(one({"relay_fraction": jnp.float32(f), "hbm_kv_budget_gb": jnp.float32(gb)}))
-        assert got == pytest.approx(float(extra[k]), rel=1e-6)
+    """The grid's vmapped values at (SLOPE_AT, MID_GB) and (0.5, MID_GB) equal the one-point evaluations."""
+    grid, extra = exact
+    relay = list(PROBLEM.knob("relay_fraction").grid)
+    column = list(PROBLEM.knob("hbm_kv_budget_gb").grid).index(MID_GB)
+    for k, f in ((2, SLOPE_AT), (5, 0.5)):
+        assert grid[relay.index(f), column] == pytest.approx(extra[k], rel=1e-6)
 
 
 def test_relaxed_tends_to_exact_within_the_stated_bias(exact, relaxed, engine):
     """0 <= relaxed − exact <= throughput × δ / busy with δ = 2·t·log 2 per MoE layer and pass (module
     docstring), and the gap shrinks with the temperature."""
     _, extra = exact
-    value, _, _ = relaxed
+    value, _ = relaxed
     thr, busy_us, iterations = engine[0][0]
     moe = sum(k == "moe" for k in MODEL.layer_kinds)
     gaps = value[:len(TEMPERATURES_US)] - extra[2]
@@ -152,13 +156,12 @@ def test_relaxed_tends_to_exact_within_the_stated_bias(exact, relaxed, engine):
 
 def test_relaxed_derivative_matches_a_central_difference_of_the_exact_objective(exact, relaxed):
     _, extra = exact
-    _, deriv, exact_jvp = relaxed
+    _, deriv = relaxed
     fd = (extra[0] - extra[1]) / (2 * FD_H)
     assert fd < 0  # more Relay helps where Direct is the slow path
     for d in deriv[:len(TEMPERATURES_US)]:
         assert d == pytest.approx(fd, rel=0.1)
     assert abs(deriv[-1]) < 0.05 * abs(fd)  # on the plateau the slope is (almost) flat
-    assert exact_jvp[1] == 0.0  # the exact engine's split is piecewise constant: zero pathwise derivative
     # the budget's straight-through derivative: non-zero with the sign of the exact landscape's slope (its
     # size is not pinned: in this small run the budgets span only a few page-wave writeback units)
     fd_budget = budget_fd(exact)
@@ -185,6 +188,10 @@ def test_relaxed_expert_delivery_bias_and_straight_through_slope():
         jnp.float32(n), b, dataclasses.replace(org, relay_fraction=f), temperature_us=0.01).delivery_us,
         (jnp.float32(0.2),), (jnp.float32(1.0),))[1]
     assert float(slope) == pytest.approx(-n * b * 1e-3 / float(rate.direct_gbps), rel=1e-4)
+    exact_slope = jax.jvp(lambda f: delivery.expert_delivery(
+        jnp.float32(n), b, dataclasses.replace(org, relay_fraction=f)).delivery_us, (jnp.float32(0.2),),
+        (jnp.float32(1.0),))[1]
+    assert float(exact_slope) == 0.0  # the exact split rounds: piecewise constant, zero pathwise derivative
 
 
 def budget_fd(exact):
@@ -203,9 +210,8 @@ def test_bad_settings_are_refused():
         dash_split.make(model="no-such-model")
 
 
-def test_default_tune_run_reaches_the_grid_optimum_within_2_percent_using_a_fifth_of_its_evaluations():
-    loop = pytest.importorskip("hbfjax.tune.loop")
-    result = loop.tune(PROBLEM, estimator="smooth", seed=SEED)
+def test_default_tune_run_reaches_the_grid_optimum_within_2_percent_using_a_fifth_of_its_evaluations(grid_result):
+    result = loop.tune(PROBLEM, estimator="smooth", seed=SEED, grid=grid_result)
     assert result.evaluations <= result.grid_evaluations / 5
     assert result.gap <= 0.02
     assert not result.gradient_zero and not result.zero_gradient_knobs

@@ -176,8 +176,8 @@ def make(*, streams: int = 1, lam: float | None = None, model: str = "mixtral-8x
              f"HBM-resident KV (GB) above which decode KV is written back to HBF; {peak_gb:.3g} GB: never"),
     )
     # start: a Direct-leaning split (DASH's preset 0.5 is already optimal with its equal links) and the
-    # budget at the middle of its range; 24 smooth steps + 1 final evaluation <= 1/5 of the 147-point grid
-    defaults = TuneDefaults(init={"relay_fraction": 0.2, "hbm_kv_budget_gb": 0.5 * peak_gb}, steps=24,
+    # budget at the middle of its range; steps: the loop's (a fifth of the 147-point grid's evaluations)
+    defaults = TuneDefaults(init={"relay_fraction": 0.2, "hbm_kv_budget_gb": 0.5 * peak_gb},
                             learning_rate=0.2, temperature_start=50.0, temperature_end=1.0, sigma=0.3, samples=2,
                             fd_step=0.25)
     return Problem(name=NAME, knobs=knobs, objective=objective, objective_label="−throughput (output tokens/s)",
