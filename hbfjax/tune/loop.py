@@ -25,7 +25,7 @@ import numpy as np
 import optax
 
 from hbfjax.tune import estimators as est
-from hbfjax.tune.grid import GridResult, evaluate, evaluate_grid, report, seed_word
+from hbfjax.tune.grid import GridResult, evaluate_grid, evaluate_points, report, seed_word
 from hbfjax.tune.problem import Problem, as_python
 from hbfjax.tune.relax import geometric_schedule
 from hbfjax.validate import require_int, require_real
@@ -161,10 +161,10 @@ def tune(problem: Problem, *, estimator: str = "smooth", steps: int | None = Non
     t_tune = time.perf_counter() - t0
 
     candidates = lattice_corners(problem, jax.tree_util.tree_map(np.asarray, final))
-    scored = [(evaluate(problem, as_python(problem.decode({n: jnp.float32(c[n]) for n in problem.names})), seed), c)
-              for c in candidates]
-    best_value, best_raw = min(scored, key=lambda s: s[0])
-    knobs = as_python(problem.decode({n: jnp.asarray(best_raw[n], jnp.float32) for n in problem.names}))
+    decoded = [as_python(problem.decode({n: jnp.asarray(c[n], jnp.float32) for n in problem.names})) for c in candidates]
+    scores = evaluate_points(problem, decoded, seed)
+    best = int(np.argmin(scores))
+    best_value, knobs = float(scores[best]), decoded[best]
 
     if grid is None:
         grid = evaluate_grid(problem, seed)
