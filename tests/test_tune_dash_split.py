@@ -52,10 +52,10 @@ def grid_result():
 
 @pytest.fixture(scope="module")
 def exact(grid_result):
-    """Exact objective at every grid point (vmapped, ``evaluate_grid``) and at each of EXTRA (one point at a
-    time, ``tune.grid.evaluate``: the compilation the tuner's final evaluation uses)."""
+    """Exact objective at every grid point (``evaluate_grid``) and at EXTRA, by the same compiled function
+    (8 points vmapped per call) that the tuner's final evaluation uses."""
     grid = grid_result.objective.reshape(len(PROBLEM.knobs[0].grid), len(PROBLEM.knobs[1].grid))
-    return grid, np.array([tune_grid.evaluate(PROBLEM, _point(f, gb), SEED) for f, gb in EXTRA])
+    return grid, tune_grid.evaluate_points(PROBLEM, [_point(f, gb) for f, gb in EXTRA], SEED)
 
 
 @pytest.fixture(scope="module")
@@ -75,12 +75,15 @@ def relaxed():
     return np.asarray(value), np.asarray(deriv)
 
 
-def _engine_run(points, balanced=False):
-    """The engine run the existing way (``batch.run`` of ``system.simulate``, knob axis), knobs built
-    from the organisation constructors: per point, (metrics throughput, busy µs, iterations)."""
+@pytest.fixture(scope="module")
+def engine():
+    """The engine run the existing way (``batch.run`` of ``system.simulate`` over a knob axis, knobs built
+    from the organisation constructors, ``metrics.summary``): fixed splits at (SLOPE_AT, MID_GB) and
+    (0.5, MID_GB), then the balanced split at MID_GB; per point (throughput, busy µs, iterations)."""
     sp = dash_split.base_knobs(SETTINGS["batch"], SETTINGS["prompt"], SETTINGS["output"])
-    knobs = [system.ServeKnobs.make(orgs.dash(balanced_split=1.0 if balanced else 0.0, relay_fraction=f), sp.gpu,
-                                    sp.batcher, sp.requests, hbm_kv_budget_bytes=gb * 1e9) for f, gb in points]
+    points = [(0.0, SLOPE_AT), (0.0, 0.5), (1.0, 0.5)]  # (balanced_split, relay_fraction)
+    knobs = [system.ServeKnobs.make(orgs.dash(balanced_split=b, relay_fraction=f), sp.gpu, sp.batcher, sp.requests,
+                                    hbm_kv_budget_bytes=MID_GB * 1e9) for b, f in points]
     cfg = dash_split.serve_config(MODEL, SETTINGS["batch"], SETTINGS["prompt"], SETTINGS["output"])
     out = batch.run(system.simulate, SETTINGS["streams"], SEED, batch.stack_knobs(knobs), cfg, knob_axis=True)
     rows = []
@@ -91,25 +94,17 @@ def _engine_run(points, balanced=False):
     return rows
 
 
-@pytest.fixture(scope="module")
-def engine():
-    """Fixed splits at (SLOPE_AT, MID_GB) and (0.5, MID_GB), then the balanced split at MID_GB, in one run."""
-    fixed = _engine_run([(SLOPE_AT, MID_GB), (0.5, MID_GB)])
-    return fixed, _engine_run([(0.5, MID_GB)], balanced=True)[0]
-
-
 def test_exact_objective_is_minus_the_engines_throughput(exact, engine):
-    fixed, _ = engine
     _, extra = exact
-    assert -extra[2] == pytest.approx(fixed[0][0], rel=2e-6)
-    assert -extra[5] == pytest.approx(fixed[1][0], rel=2e-6)
+    assert -extra[2] == pytest.approx(engine[0][0], rel=2e-6)
+    assert -extra[5] == pytest.approx(engine[1][0], rel=2e-6)
 
 
 def test_balanced_split_is_at_least_every_fixed_split(exact, engine):
     """balanced_split = 1 minimises every layer's max(T_Direct, T_Relay) over whole experts, and the
     fixed batch's schedule does not depend on times, so no fixed split serves faster."""
     grid, _ = exact
-    _, balanced = engine
+    balanced = engine[2]
     column = list(PROBLEM.knob("hbm_kv_budget_gb").grid).index(MID_GB)
     assert balanced[0] >= -grid[:, column].min() * (1 - 2e-6)
     assert balanced[0] == pytest.approx(-grid[:, column].min(), rel=5e-3)  # the grid's best split is as good
@@ -131,12 +126,13 @@ def test_common_random_numbers_budget_above_peak_decode_kv_changes_nothing(exact
 
 
 def test_vmap_equals_point_by_point(exact):
-    """The grid's vmapped values at (SLOPE_AT, MID_GB) and (0.5, MID_GB) equal the one-point evaluations."""
-    grid, extra = exact
+    """The grid's vmapped value at (SLOPE_AT, MID_GB) equals the objective called on that point alone."""
+    grid, _ = exact
     relay = list(PROBLEM.knob("relay_fraction").grid)
     column = list(PROBLEM.knob("hbm_kv_budget_gb").grid).index(MID_GB)
-    for k, f in ((2, SLOPE_AT), (5, 0.5)):
-        assert grid[relay.index(f), column] == pytest.approx(extra[k], rel=1e-6)
+    one = jax.jit(lambda v: PROBLEM.objective(v, rng.seed_word(SEED), None))
+    got = float(one({"relay_fraction": jnp.float32(SLOPE_AT), "hbm_kv_budget_gb": jnp.float32(MID_GB)}))
+    assert got == pytest.approx(grid[relay.index(SLOPE_AT), column], rel=1e-6)
 
 
 def test_relaxed_tends_to_exact_within_the_stated_bias(exact, relaxed, engine):
@@ -144,7 +140,7 @@ def test_relaxed_tends_to_exact_within_the_stated_bias(exact, relaxed, engine):
     docstring), and the gap shrinks with the temperature."""
     _, extra = exact
     value, _ = relaxed
-    thr, busy_us, iterations = engine[0][0]
+    thr, busy_us, iterations = engine[0]
     moe = sum(k == "moe" for k in MODEL.layer_kinds)
     gaps = value[:len(TEMPERATURES_US)] - extra[2]
     for t, gap in zip(TEMPERATURES_US, gaps):
