@@ -197,9 +197,12 @@ def pass_writes(state: WriteState, times: LayerTimes, new_decode_tokens, new_chu
     """One pass's KV writes (module docstring). ``new_decode_tokens``, ``new_chunk_tokens``,
     ``decode_requests``: int32[] (each decode request gains its share of ``new_decode_tokens``: one
     each in plain decoding); ``kv_bytes_per_token_layer``: float or f32[]. ``temperature`` (pages; None:
-    exact): the window policy's forced writeback relaxed (:func:`_relaxed_forced`), its program rounds
-    and the drain's whole rounds and stripes straight-through, so the stall differentiates in the SRAM
-    KV budget and the window (issue 13)."""
+    exact): the window policy's forced writeback relaxed (:func:`_relaxed_forced`) and its program rounds
+    straight-through, so the stall differentiates in the SRAM KV budget (issue 13). The drain is left
+    exact: a window gains a round only at each whole tPROG, and a straight-through drain would claim
+    planes / tPROG pages per µs of window where the exact drain gains none. Forward derivatives through
+    the buffer stay bounded only for t >= stripe_pages / 8: each forced writeback multiplies the
+    buffer's tangent by 1 − stripe_pages · sigmoid'(overflow / t) / t, as low as 1 − stripe_pages / (4t)."""
     kv = jnp.asarray(kv_bytes_per_token_layer, jnp.float32)
     dec = jnp.asarray(new_decode_tokens, jnp.int32)
     chunk = jnp.asarray(new_chunk_tokens, jnp.int32)
@@ -222,8 +225,6 @@ def pass_writes(state: WriteState, times: LayerTimes, new_decode_tokens, new_chu
             whole, forced = _relaxed_forced(arrived, view.buffer_capacity_pages, knobs.stripe_pages, temperature)
             forced_n = forced * whole
             after_forced = arrived - forced_n
-            fit = jnp.minimum(after_forced, jnp.minimum(bw_pages, window_l / knobs.t_prog_us * knobs.planes))
-            drain = _straight_through(drain, fit)
         drained = jnp.where(window, drain, 0.0)
         exposed = jnp.where(buffered, jnp.where(window, forced_n, stripe_n), imm)  # pages at the KV point
         resident = jnp.where(buffered, jnp.where(window, after_forced, after_stripe), buf)
