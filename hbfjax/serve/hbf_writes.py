@@ -200,9 +200,10 @@ def pass_writes(state: WriteState, times: LayerTimes, new_decode_tokens, new_chu
     exact): the window policy's forced writeback relaxed (:func:`_relaxed_forced`) and its program rounds
     straight-through, so the stall differentiates in the SRAM KV budget (issue 13). The drain is left
     exact: a window gains a round only at each whole tPROG, and a straight-through drain would claim
-    planes / tPROG pages per µs of window where the exact drain gains none. Forward derivatives through
-    the buffer stay bounded only for t >= stripe_pages / 8: each forced writeback multiplies the
-    buffer's tangent by 1 − stripe_pages · sigmoid'(overflow / t) / t, as low as 1 − stripe_pages / (4t)."""
+    planes / tPROG pages per µs of window where the exact drain gains none. A forced writeback near the
+    threshold multiplies the buffer's tangent by about 1 − G · sigmoid'(overflow / t) / t − sigmoid(…),
+    as low as 1 − G / (4t) − 1/2 (G = ``stripe_pages``): at small t the tangent grows from pass to pass
+    (the HBFlex-SRAM run overflows to NaN at t <= 2 pages with G = 32; finite at t >= 4)."""
     kv = jnp.asarray(kv_bytes_per_token_layer, jnp.float32)
     dec = jnp.asarray(new_decode_tokens, jnp.int32)
     chunk = jnp.asarray(new_chunk_tokens, jnp.int32)
