@@ -140,9 +140,32 @@ def init_state() -> WriteState:
 
 def window_us(times: LayerTimes, prefetch) -> jax.Array:
     """f32[L]: each layer's idle array time, summed over its operators with prefetch, else the
-    largest single operator's (HBFlex Fig. 13a)."""
+    largest single operator's (HBFlex Fig. 13a). A fractional ``prefetch`` π (the share of the
+    prefetch group the SRAM holds, ``hbflex_system.SramSplit``) interpolates: π · sum + (1 − π) · max
+    (an assumption: the paper states only the two ends); 0 and 1 give the two ends exactly."""
     idle = jnp.maximum(times.op_us - times.delivery_us, 0.0)  # f32[L, ops]
-    return jnp.where(prefetch > 0.5, idle.sum(axis=-1), idle.max(axis=-1))
+    pi = jnp.clip(jnp.asarray(prefetch, jnp.float32), 0.0, 1.0)
+    return pi * idle.sum(axis=-1) + (1.0 - pi) * idle.max(axis=-1)
+
+
+def _straight_through(exact, surrogate):
+    """``exact`` forward, the derivative of ``surrogate`` (a relaxed gradient path, forward value unchanged)."""
+    return surrogate + jax.lax.stop_gradient(exact - surrogate)
+
+
+def _relaxed_forced(buf, capacity_pages, stripe_pages, temperature):
+    """(pages of a forced writeback, forced indicator) of the window policy relaxed at ``temperature`` (pages): the
+    indicator ``1[over > 0]`` as ``soft_step(over, t)``, the pages as that times the exact stripe round-up
+    of ``soft_relu(over, t)`` (straight-through), at most ``floor(buf)``. As t → 0 both are exact; the
+    bias is at most ``exp(−|over| / t)`` in the indicator and one stripe where ``over`` lies within
+    ``t · log 2`` below a stripe boundary. The pages leaving the buffer are their product."""
+    from hbfjax.tune.relax import soft_relu, soft_step  # the tuning layer's relaxations, used only when asked
+
+    over = buf - capacity_pages
+    ind = soft_step(over, temperature)
+    body = soft_relu(over, temperature)
+    stripes = _straight_through(jnp.ceil(body / stripe_pages), body / stripe_pages) * stripe_pages
+    return jnp.minimum(stripes, jnp.floor(buf)), ind
 
 
 def program_rounds(pages, knobs: WriteKnobs):
@@ -150,10 +173,13 @@ def program_rounds(pages, knobs: WriteKnobs):
     return jnp.ceil(pages / knobs.planes)
 
 
-def program_us(pages, knobs: WriteKnobs):
-    """Time to program ``pages`` at once: their rounds of tPROG, no faster than the write bandwidth."""
-    return jnp.maximum(program_rounds(pages, knobs) * knobs.t_prog_us,
-                       pages * knobs.page_bytes * 1e-3 / knobs.write_gbps)
+def program_us(pages, knobs: WriteKnobs, relaxed: bool = False):
+    """Time to program ``pages`` at once: their rounds of tPROG, no faster than the write bandwidth.
+    ``relaxed``: the rounds' ceiling differentiates as ``pages / planes`` (straight-through; same value)."""
+    rounds = program_rounds(pages, knobs)
+    if relaxed:
+        rounds = _straight_through(rounds, pages / knobs.planes)
+    return jnp.maximum(rounds * knobs.t_prog_us, pages * knobs.page_bytes * 1e-3 / knobs.write_gbps)
 
 
 def immediate_pages(new_decode_tokens, decode_requests, new_chunk_tokens, kv_bytes, page_bytes):
@@ -167,10 +193,17 @@ def immediate_pages(new_decode_tokens, decode_requests, new_chunk_tokens, kv_byt
 
 
 def pass_writes(state: WriteState, times: LayerTimes, new_decode_tokens, new_chunk_tokens, decode_requests,
-                kv_bytes_per_token_layer, knobs: WriteKnobs) -> tuple[WriteState, PassWrites]:
+                kv_bytes_per_token_layer, knobs: WriteKnobs, temperature=None) -> tuple[WriteState, PassWrites]:
     """One pass's KV writes (module docstring). ``new_decode_tokens``, ``new_chunk_tokens``,
     ``decode_requests``: int32[] (each decode request gains its share of ``new_decode_tokens``: one
-    each in plain decoding); ``kv_bytes_per_token_layer``: float or f32[]."""
+    each in plain decoding); ``kv_bytes_per_token_layer``: float or f32[]. ``temperature`` (pages; None:
+    exact): the window policy's forced writeback relaxed (:func:`_relaxed_forced`) and its program rounds
+    straight-through, so the stall differentiates in the SRAM KV budget (issue 13). The drain is left
+    exact: a window gains a round only at each whole tPROG, and a straight-through drain would claim
+    planes / tPROG pages per µs of window where the exact drain gains none. A forced writeback near the
+    threshold multiplies the buffer's tangent by about 1 − G · sigmoid'(overflow / t) / t − sigmoid(…),
+    as low as 1 − G / (4t) − 1/2 (G = ``stripe_pages``): at small t the tangent grows from pass to pass
+    (the HBFlex-SRAM run overflows to NaN at t <= 2 pages with G = 32; finite at t >= 4)."""
     kv = jnp.asarray(kv_bytes_per_token_layer, jnp.float32)
     dec = jnp.asarray(new_decode_tokens, jnp.int32)
     chunk = jnp.asarray(new_chunk_tokens, jnp.int32)
@@ -187,12 +220,23 @@ def pass_writes(state: WriteState, times: LayerTimes, new_decode_tokens, new_chu
         after_stripe, stripe_n, _, _ = kv_programs("stripe", buf, dec_f, chunk_f, kv, view)
         after_forced, forced_n, _, forced = kv_programs("window", buf, dec_f, chunk_f, kv, view)
         bw_pages = window_l * knobs.write_gbps * 1e3 / page
-        drained = jnp.where(window, window_drain(jnp.minimum(after_forced, bw_pages), window_l, view, 1), 0.0)
+        drain = window_drain(jnp.minimum(after_forced, bw_pages), window_l, view, 1)
+        if temperature is not None:
+            arrived = buf + (dec_f + chunk_f) * kv / page
+            whole, forced = _relaxed_forced(arrived, view.buffer_capacity_pages, knobs.stripe_pages, temperature)
+            forced_n = forced * whole
+            after_forced = arrived - forced_n
+        drained = jnp.where(window, drain, 0.0)
         exposed = jnp.where(buffered, jnp.where(window, forced_n, stripe_n), imm)  # pages at the KV point
         resident = jnp.where(buffered, jnp.where(window, after_forced, after_stripe), buf)
-        stall = jnp.where(exposed > 0, program_us(exposed, knobs), 0.0)
+        if temperature is None:
+            stall = jnp.where(exposed > 0, program_us(exposed, knobs), 0.0)
+        else:  # the forced program's time scaled by the relaxed indicator (window), exact otherwise
+            stall = jnp.where(window, forced * program_us(whole, knobs, relaxed=True),
+                              jnp.where(exposed > 0, program_us(exposed, knobs), 0.0))
         busy = (program_rounds(exposed, knobs) + program_rounds(drained, knobs)) * knobs.t_prog_us
-        return resident - drained, (stall, exposed + drained, busy, window & (forced > 0), resident)
+        forced_flag = (window & (forced > 0)) if temperature is None else jnp.where(window, forced, 0.0)
+        return resident - drained, (stall, exposed + drained, busy, forced_flag, resident)
 
     buf0 = state.buffer_bytes / page
     buf_end, (stall, pages, busy, forced, resident) = jax.lax.scan(layer, buf0, windows)

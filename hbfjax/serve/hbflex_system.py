@@ -138,6 +138,34 @@ def _read_table(planes: int, balanced: float, scheduled: float, group_size: int,
                                              offload_fraction=offload), planes)
 
 
+class SramSplit(NamedTuple):
+    """The package SRAM divided between its three users, each share capping its use (issue 13's
+    ``hbflex-sram`` problem; HBFlex §5.2–5.3 state no split: every choice here is ours). The GC
+    migration buffer is set aside first; of the rest (``usable``):
+
+    * offload ``shares[0]``: at most ``shares[0] × usable`` bytes of a layer read's hot-plane excess
+      are served from SRAM; a fraction ρ = min(1, cap / excess) of the excess is, and the wave keeps
+      the rest on its planes: waves = w_f + (1 − ρ)(w_0 − w_f), between the wave without offload
+      (``bare_table``, the same quantile) and with the policy's f (assumed linear in the unserved share);
+    * prefetch ``shares[1]``: it holds π = min(1, cap / prefetch group) of the prefetch group
+      (:func:`prefetch_bytes`), and a layer's write window is π · (all operators' idle time) +
+      (1 − π) · (the longest one's) (``hbf_writes.window_us``; the paper gives only π = 0 and 1).
+      Prefetch hiding the weights' read latency itself is not modelled (the engine's layer times
+      already overlap weight delivery with compute);
+    * KV ``shares[2]``: the window-aware writeback's SRAM KV budget (``hbf_writes``), overflow forced.
+
+    No pass overflows the SRAM: every user is held to its share."""
+
+    shares: jax.Array  # float32[3] offload, prefetch, KV-buffer shares of the usable SRAM (sum 1)
+    bare_table: wave.WaveTable  # the package's wave law without offload (``read_table`` at f = 0)
+
+
+def bare_table(package: hbf_packages.Package) -> wave.WaveTable:
+    """The package's tabulated wave law with hot-plane offload off (:class:`SramSplit`)."""
+    return read_table(hbf_packages.Package(package.org, dataclasses.replace(package.policy,
+                                                                            offload_fraction=jnp.float32(0.0))))
+
+
 class HbfTotals(NamedTuple):
     """Sums over one stream's run of what the HBF KV management did (float32[] each)."""
 
@@ -255,9 +283,24 @@ class _Carry(NamedTuple):
     hbf_sums: jax.Array  # float32[H] HbfTotals
 
 
+def _capped(need, cap, temperature, unit):
+    """min(need, cap), relaxed as ``soft_min`` at ``temperature`` in ``unit`` s (None: exact)."""
+    if temperature is None:
+        return jnp.minimum(need, cap)
+    from hbfjax.tune.relax import soft_min  # the tuning layer's relaxation, used only when asked
+    return soft_min(need / unit, cap / unit, temperature) * unit
+
+
 def mechanism(words: tuple, reqs: rq.Requests, knobs: HbflexKnobs, config: HbflexConfig,
-              table=None) -> batching.Mechanism:
-    """The HBF KV management of the module docstring as a batcher mechanism (with an admission hook)."""
+              table=None, split: SramSplit | None = None, temperature=None) -> batching.Mechanism:
+    """The HBF KV management of the module docstring as a batcher mechanism (with an admission hook).
+    ``split``: the SRAM divided between offload, prefetch and KV buffer (:class:`SramSplit`; None: the
+    KV buffer gets what the others leave); ``temperature`` (pages; None: exact): with a split, its caps
+    as ``soft_min`` and the forced writebacks relaxed (``hbf_writes.pass_writes``)."""
+    require(split is not None or temperature is None, "mechanism", "temperature", temperature,
+            "relaxes the SRAM split's caps: give a split")
+    require(split is None or config.wave_draw == "table", "HbflexConfig", "wave_draw", config.wave_draw,
+            "an SRAM split needs the tabulated wave law ('table')")
     sc, model = config.serve, config.serve.model
     org, policy = knobs.serve.org, knobs.policy
     capacity = kv_tiers.capacity_tokens(org, model, knobs.serve.hbm_kv_budget_bytes)
@@ -273,6 +316,12 @@ def mechanism(words: tuple, reqs: rq.Requests, knobs: HbflexKnobs, config: Hbfle
     sram = hbf_packages.sram_bytes(org)
     prefetch = policy.prefetch * prefetch_bytes(model)
     gc_buffer = GC_BUFFER_BLOCKS * config.pages_per_block * page
+    if split is not None:
+        usable = jnp.maximum(sram - gc_buffer, 0.0)
+        cap_offload, cap_prefetch, cap_kv = (split.shares[k] * usable for k in range(3))
+        prefetch_need = prefetch
+        prefetch = _capped(prefetch_need, cap_prefetch, temperature, page)
+        prefetch_held = jnp.where(prefetch_need > 0, prefetch / jnp.maximum(prefetch_need, 1e-30), 0.0)
     tokens_per_page = jnp.maximum(policy.logical_page_tokens, 1.0).astype(jnp.int32)
 
     def admit(carry: _Carry, st, new):
@@ -313,11 +362,17 @@ def mechanism(words: tuple, reqs: rq.Requests, knobs: HbflexKnobs, config: Hbfle
         else:
             u = rng.uniform01(rng.mix(*words, draw, Salt.WAVE_DRAW))
             waves, offloaded = wave.draw(knobs.read_table, n_wave, u)
+        reads = jnp.ceil(pages / n_planes)
+        if split is not None:  # the offload share serves at most its bytes of the layer's excess (SramSplit)
+            bare, _ = wave.draw(split.bare_table, n_wave, u)
+            excess = offloaded * page * reads
+            served = _capped(excess, cap_offload, temperature, page)
+            rho = jnp.where((excess > 0) & (policy.offload_to_hbm < 0.5), served / jnp.maximum(excess, 1e-30), 1.0)
+            waves, offloaded = waves + (1.0 - rho) * jnp.maximum(bare - waves, 0.0), rho * offloaded
         # the pages read from planes, whole (offload interpolated between tabulated sizes is fractional)
         ideal = jnp.where(n_wave > 0, jnp.ceil(jnp.round(jnp.maximum(n_wave - offloaded, 0.0)) / n_planes), 0.0)
         # the layer reads ceil(pages / P) wave-sized parts, each as amplified as the sampled wave; pages
         # offloaded to SRAM still cross the link, those offloaded to HBM (FlashAccel) leave the HBF share
-        reads = jnp.ceil(pages / n_planes)
         off = jnp.where(n_wave > 0, offloaded / jnp.maximum(n_wave, 1.0), 0.0)
         to_hbm = policy.offload_to_hbm * off
         wave_us = reads * waves * org.t_read_us
@@ -331,11 +386,15 @@ def mechanism(words: tuple, reqs: rq.Requests, knobs: HbflexKnobs, config: Hbfle
         dash_writes = layer_time.kv_writes(times, moves.to_hbf_tokens, moves.writeback_tokens, org, model)
         offload_bytes = (1.0 - policy.offload_to_hbm) * offloaded * page * reads
         others = prefetch + offload_bytes + gc_buffer
-        wk_pass = dataclasses.replace(write_knobs(knobs, model), sram_kv_budget_bytes=jnp.maximum(sram - others, 0.0))
+        if split is None:
+            wk_pass = dataclasses.replace(write_knobs(knobs, model), sram_kv_budget_bytes=jnp.maximum(sram - others, 0.0))
+        else:
+            wk_pass = dataclasses.replace(write_knobs(knobs, model), sram_kv_budget_bytes=cap_kv,
+                                          prefetch=policy.prefetch * prefetch_held)
         decode_tokens = batch.decode_mask.sum(dtype=jnp.int32)
         chunk_tokens = jnp.where(batch.chunk_mask, batch.chunk_tokens, 0).sum(dtype=jnp.int32)
         new_writes, hw = hbf_writes.pass_writes(st_writes, times, decode_tokens, chunk_tokens, decode_tokens,
-                                                float(model.kv_bytes_per_token_layer), wk_pass)
+                                                float(model.kv_bytes_per_token_layer), wk_pass, temperature)
         stall = jnp.where(all_hbf, hw.stall_us.sum(), dash_writes.stall_us.sum())
         work = batching.has_work(batch)
         us = jnp.where(work, times.iteration_us + stall, 0.0)
@@ -418,14 +477,16 @@ def admission_capacity(knobs: HbflexKnobs, config: HbflexConfig):
     return system.admission_capacity(cap._replace(hbf_tokens=hbf), knobs.serve.batcher)
 
 
-def simulate(stream_id, seed, knobs: HbflexKnobs, inputs, config: HbflexConfig) -> HbflexOutput:
+def simulate(stream_id, seed, knobs: HbflexKnobs, inputs, config: HbflexConfig, split: SramSplit | None = None,
+             temperature=None) -> HbflexOutput:
     """Serve one stream's requests to the end on the organisation (module docstring); ``inputs`` as
-    ``system.simulate``'s."""
+    ``system.simulate``'s; ``split``, ``temperature``: :func:`mechanism`'s."""
     trace, table = inputs if isinstance(inputs, system.ServeInputs) else (inputs, None)
     sc = config.serve
     reqs = rq.generate(stream_id, seed, knobs.serve.requests, trace, sc.requests)
     st, carry = batching.run(reqs, admission_capacity(knobs, config), sc.batcher,
-                             mechanism((seed, stream_id), reqs, knobs, config, table), sc.max_iterations, sc.scan_chunk)
+                             mechanism((seed, stream_id), reqs, knobs, config, table, split, temperature),
+                             sc.max_iterations, sc.scan_chunk)
     out = system.ServeOutput(arrival=reqs.arrival, first_token=st.first_token, finish=st.finish,
                              tokens_out=st.tokens_out, valid=reqs.valid, iterations=st.iterations,
                              overflow=st.overflow | carry.blocks.overflow, totals=system.Totals(*carry.serve_sums))
