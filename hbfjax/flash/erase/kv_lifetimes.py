@@ -16,7 +16,9 @@ descendants and by GC-moved pages; when a label's block is full and no free bloc
 its pages go to the block of the closest label, ``gc.closest_class_fallback``), plane-group (HBFlex
 §5.2: the ``planes`` split into groups of G = ``KvKnobs.group_size``, a traced knob; a plane group is
 also an allocation unit, so the requests of one group share its open blocks; slot s belongs to group
-s mod (planes / G), and the class is the group, so the static class bound is ``slots``). DASH weight/KV
+s mod (planes / G), and the class is the group, so the static class bound is ``slots``; with one
+group every page is in class 0 as with interleaved, but the tick reserve still holds a block per
+class bound, so WAF equals a one-label lifetime run's, not interleaved's, bit for bit). DASH weight/KV
 separation (§V-A2) puts weight pages in a protected class that GC never examines. A page's owner
 tag is gen·(slots+1) + slot, so a slot reused by a new request never revives its predecessor's pages.
 
