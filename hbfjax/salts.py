@@ -57,6 +57,9 @@ class Salt(IntEnum):
     WAVE_STRIPE = 130
     WAVE_TABLE = 131  # the tabulated wave law's own draws (wave.tabulate)
     WAVE_DRAW = 132  # a serving pass's quantile of the tabulated law (hbflex_system)
+    # tune: the reference problems with exact gradients (hbfjax.tune.analytic)
+    TUNE_PAGE_PLANE = 135  # a page's uniform for its plane under non-uniform plane probabilities
+    TUNE_WORK = 136  # an iteration's exponential new work in the backlog reference
     # erase: GC victims and workloads (hbfjax.flash.erase.gc, gc_overwrite, kv_lifetimes)
     GC_RANDOM_VICTIM = 0x6C
     OVERWRITE_UNIFORM = 0x77

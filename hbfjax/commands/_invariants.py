@@ -4,8 +4,9 @@ A broken invariant means a run measured something meaningless (an int32 count th
 that overflowed, a ratio over zero samples): the CLI reports it as a ``ConfigError`` naming the
 result field, its value and the rule, exit status 2, and prints nothing. The rules:
 
-* every number is finite and >= 0 (no output of ``collide``, ``gc`` or ``writeback`` is signed);
-  ``None`` only where a key documents it (``NULLABLE``);
+* every number is finite and >= 0 (no output of ``collide``, ``gc`` or ``writeback`` is signed; a
+  ``tune`` objective and its gap to the grid are, ``SIGNED``); ``None`` only where a key documents it
+  (``NULLABLE``);
 * fractions and probabilities lie in [0, 1];
 * ``mean_waves >= ideal_waves`` and ``amplification >= 1`` (waves are never fewer than a perfectly
   balanced read of the same plane pages);
@@ -23,6 +24,8 @@ from hbfjax.validate import ConfigError
 # instant (no rate) or without block hashes (trace-info)
 NULLABLE = frozenset({"exact_mean_backlog_pages", "exact_p_backlog_positive", "trace", "arrival_rate_per_s",
                       "prefix_reusable_block_fraction"})
+# tune: an objective to minimise may be a negated throughput, and a tuned point off the grid may beat it
+SIGNED = frozenset({"objective", "grid_best_objective", "gap"})
 FRACTIONS = frozenset({"hot_plane_fraction", "offload_fraction", "p_backlog_positive", "exact_p_backlog_positive",
                        "buffer_overflow_fraction", "effective_spare_factor",
                        "u_utilization", "prefix_reusable_block_fraction"})
@@ -58,7 +61,7 @@ def check_result(result: dict) -> None:
         v = float(value)
         if not math.isfinite(v):
             _fail(name, value, "must be finite")
-        if v < 0:
+        if v < 0 and leaf not in SIGNED:
             _fail(name, value, "must be >= 0 (a count, time, size or ratio)")
         if leaf in FRACTIONS and v > 1:
             _fail(name, value, "a fraction must lie in [0, 1]")

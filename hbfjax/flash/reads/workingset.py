@@ -290,7 +290,7 @@ def _with_shared_prefix(words, plane, state, knobs, config):
     return jnp.where((logical < prefix)[None, :, None], prefix_plane, plane)
 
 
-def _chunk_table(plane, valid, config):
+def chunk_table(plane, valid, config):
     """Chunks (work tiles) in request-major order, valid ones first: plane ids [K, C·Lp], page mask, owner."""
     r, lmax, lp = config.slots, config.max_logical_pages, config.max_pages_per_logical
     c = config.chunk_logical_pages
@@ -384,7 +384,7 @@ def measure(words: tuple, state: WorkingSetState, knobs: WorkingSetKnobs, config
     excess_share = (loads - served).astype(jnp.float32) / jnp.maximum(loads, 1).astype(jnp.float32)
     thin = rng.uniform01(rng.mix(*words, Salt.WS_THIN, state.arrivals, jnp.arange(plane.size).reshape(plane.shape)))
     read = valid & (thin >= excess_share[plane])
-    chunk_plane, chunk_read, owner, n_chunks = _chunk_table(plane, read, config)
+    chunk_plane, chunk_read, owner, n_chunks = chunk_table(plane, read, config)
     if config.schedule == "placement-aware":
         wave = _greedy_waves(chunk_plane, chunk_read, owner, n_chunks, config)
     else:
@@ -410,11 +410,12 @@ def measure(words: tuple, state: WorkingSetState, knobs: WorkingSetKnobs, config
 
 
 def simulate(stream_id: jax.Array, seed: jax.Array, knobs: WorkingSetKnobs, inputs: WorkingSetInputs,
-             config: WorkingSetConfig) -> WorkingSetOutput:
+             config: WorkingSetConfig, measure=measure) -> WorkingSetOutput:
     """Warm up, then alternate ``events_per_measurement`` events with one measured read.
 
     Returns each metric as [measurements] plus ``truncated_requests`` (contexts longer than the
-    static page bound) and ``arrivals``.
+    static page bound) and ``arrivals``. ``measure(words, state, knobs, config) -> AttentionRead``
+    is the read measured (a tuning relaxation passes its own, ``hbfjax.tune.problems.collide_sram``).
     """
     words = (seed, stream_id)
     step = lambda s, _: (event(words, s, inputs, knobs, config), None)  # noqa: E731
