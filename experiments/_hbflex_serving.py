@@ -1,6 +1,5 @@
 """Shared by the HBFlex serving figures (Table 2, Fig. 15, Fig. 16, Fig. 19 in serving): the six
-organisations and the cumulative ablation stages served as ``hbfjax serve --system hbflex ...`` serves
-them, on the real traces, every point of a (model, trace) pair on common random numbers, and the
+organisations served as ``hbfjax serve --system hbflex ...`` serves them, on the real traces, every point of a (model, trace) pair on common random numbers, and the
 per-point summaries.
 
 Which of our traces stands in for which of the paper's (HBFlex §6.1 used four Alibaba Bailian traces we
@@ -34,19 +33,12 @@ TRACES = {"swebench": "swebench_miniswe_agent.csv", "mooncake": "mooncake_conver
           "azure-code": "azure_llm_2023_code.csv"}
 STANDS_IN_FOR = {"swebench": "SWE-bench", "mooncake": "Bailian To-C", "azure-code": "Bailian Coding"}
 BASELINES = ("naive-hbf", "h3", "fa-cli", "fa-csi", "is")
-STAGES = ("+placement+balancing", "+writeback")  # Table 2's middle stages (naive-hbf and hbflex are the ends)
 ORGANISATIONS = ("hbflex",) + BASELINES
-POINTS = ORGANISATIONS + STAGES
 
 
 def packages() -> dict[str, hbf_packages.Package]:
-    """Every point of a (model, trace) pair: the six organisations and Table 2's middle stages (on
-    HBFlex's package)."""
-    out = {name: hbf_packages.package(name) for name in ("hbflex",) + BASELINES}
-    stages = hbf_packages.ablation_stages()
-    for name in STAGES:
-        out[name] = hbf_packages.Package(out["hbflex"].org, stages[name])
-    return out
+    """The six organisations of a (model, trace) pair (Table 2 builds its own ablation stages)."""
+    return {name: hbf_packages.package(name) for name in ORGANISATIONS}
 
 
 def config(model: str, *, slots: int, requests: int, replay: str = "offset", max_iterations: int = 200_000,

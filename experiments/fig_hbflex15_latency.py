@@ -17,6 +17,7 @@ from hbfjax.workload import requests as rq
 
 TITLE = "HBFlex Fig. 15 — TTFT/TPOT speedups of HBFlex over FA-CLI, FA-CSI and H3 (4 models × 3 real traces)"
 NAME = "hbflex15_latency"
+SHORT = {"deepseek-v4-pro": "DS-V4-Pro", "deepseek-v3": "DS-V3", "hunyuan": "Hunyuan", "qwen3-235b-a22b": "Qwen3-235B"}
 SLOTS = 64  # running requests per package at most (HBFlex does not state its batch bound)
 WARMUP, MEASURED = 16, 80  # requests per stream
 MAX_CPU_STREAMS = 256  # the full grid at 256 streams fits the 20 CPU minutes (an accelerator runs --streams)
@@ -65,7 +66,7 @@ def _plot(table: pd.DataFrame, ctx: Context) -> None:
     baselines = [b for b in ("fa-cli", "fa-csi", "h3", "is", "naive-hbf") if b in set(table.point)]
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     pairs = table[["model", "trace"]].drop_duplicates().values.tolist()
-    labels = [f"{m.split('-')[0]}…/{t}" for m, t in pairs]
+    labels = [f"{SHORT.get(m, m)}/{t}" for m, t in pairs]
     width = 0.8 / max(len(baselines), 1)
     for ax, metric, title in ((axes[0], "ttft_s", "TTFT speedup of HBFlex"), (axes[1], "tpot_ms", "TPOT speedup of HBFlex")):
         for j, b in enumerate(baselines):

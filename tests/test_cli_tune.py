@@ -34,7 +34,7 @@ def test_cli_prints_the_documented_keys(stand_in, capsys):
     assert out["grid_best_knobs"] == {"g": 4.0, "f": 0.25} and out["grid_best_objective"] == pytest.approx(-3.0)
     assert out["knobs"]["g"] == 4.0 and out["gap"] < 0.02 and out["gradient_zero"] is False
     assert out["evaluations"] <= out["grid_evaluations"] / 5
-    assert all(set(step) == {"knobs", "objective"} for step in out["trajectory"])
+    assert all(set(step) == {"knobs", "objective", "raw_gradient"} for step in out["trajectory"])
 
 
 def test_cli_reports_a_zero_gradient(stand_in, capsys, monkeypatch):

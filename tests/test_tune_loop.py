@@ -160,5 +160,5 @@ def test_json_fields_and_trajectory(toy):
     for key in ("knobs", "objective", "grid_best_knobs", "grid_best_objective", "gap", "evaluations",
                 "grid_evaluations", "trajectory", "gradient_zero"):
         assert key in d
-    assert len(d["trajectory"]) == 3 and set(d["trajectory"][0]) == {"knobs", "objective"}
+    assert len(d["trajectory"]) == 3 and set(d["trajectory"][0]) == {"knobs", "objective", "raw_gradient"}
     assert d["trajectory"][0]["knobs"] == pytest.approx({"g": 2.0, "f": 0.7}, abs=1e-4)

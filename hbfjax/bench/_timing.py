@@ -6,6 +6,7 @@ import time
 from typing import Callable
 
 import jax
+import numpy as np
 
 
 def time_compiled(make_call: Callable[[], object], repeats: int = 3) -> tuple[float, float]:
@@ -38,3 +39,24 @@ def row(benchmark: str, events: float, unit: str, compile_s: float, run_s: float
     ref = 1.0 / ref_s_per_event
     return {"benchmark": benchmark, "events": events, "unit": unit, "compile_s": compile_s, "run_s": run_s,
             "events_per_s": eps, "reference_events_per_s": ref, "speedup_vs_reference": eps / ref, **extra}
+
+
+def time_serving(simulate, config, knobs, inputs, streams: int, seed: int):
+    """(compile_s, run_s, run_cpu_s, outputs, valid stream mask) of a serving ``simulate`` over ``streams`` streams
+    (64 vmapped at a time on a CPU)."""
+    from hbfjax import batch
+
+    per = batch.cpu_map_streams(min(streams, 64))
+    fn = batch.compiled(simulate, map_streams=per)
+    ids = batch.stream_ids(0, streams, per or 1)
+    last = []
+
+    def call():
+        t0 = time.process_time()
+        out = jax.block_until_ready(fn(ids, np.uint32(seed), knobs, inputs, config))
+        last[:] = [out, time.process_time() - t0]
+        return out
+
+    compile_s, run_s = time_compiled(call, repeats=1)
+    out, cpu_s = last
+    return compile_s, run_s, cpu_s, out, np.asarray(ids) < streams

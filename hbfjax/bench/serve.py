@@ -27,11 +27,10 @@ from __future__ import annotations
 
 import time
 
-import jax
 import numpy as np
 
 from hbfjax import batch, clock
-from hbfjax.bench._timing import row, time_compiled
+from hbfjax.bench._timing import row, time_serving
 from hbfjax.memory import organisations as orgs
 from hbfjax.serve import reference, system
 from hbfjax.serve.state import BatcherConfig, BatcherKnobs
@@ -57,20 +56,9 @@ def _setup(model, arrivals: str, n: int, rate: float, prompt: int, output: int, 
 
 def _timed(config, knobs, streams: int):
     """(compile_s, run_s, run_cpu_s, stream-iterations) of ``streams`` streams."""
-    fn = batch.compiled(system.simulate, map_streams=batch.cpu_map_streams(min(streams, 64)))
-    ids = batch.stream_ids(0, streams, batch.cpu_map_streams(min(streams, 64)) or 1)
-    last = []
-
-    def call():
-        t0 = time.process_time()
-        out = jax.block_until_ready(fn(ids, np.uint32(SEED), knobs, None, config))
-        last[:] = [out, time.process_time() - t0]
-        return out
-
-    compile_s, run_s = time_compiled(call, repeats=1)
-    out, cpu_s = last
-    assert not np.asarray(out.overflow).any(), "a stream overflowed: raise max_iterations"
-    return compile_s, run_s, cpu_s, int(np.asarray(out.iterations).sum())
+    compile_s, run_s, cpu_s, out, valid = time_serving(system.simulate, config, knobs, None, streams, SEED)
+    assert not np.asarray(out.overflow)[valid].any(), "a stream overflowed: raise max_iterations"
+    return compile_s, run_s, cpu_s, int(np.asarray(out.iterations)[valid].sum())
 
 
 def _reference(config, knobs, max_iterations=None) -> tuple[float, int]:

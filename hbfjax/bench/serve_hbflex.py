@@ -14,13 +14,11 @@ requests, compile time apart. The reference serves stream 0 to the end, timed wi
 
 from __future__ import annotations
 
-import time
 
-import jax
 import numpy as np
 
-from hbfjax import batch, traces
-from hbfjax.bench._timing import row, time_compiled
+from hbfjax import traces
+from hbfjax.bench._timing import row, time_serving
 from hbfjax.memory import hbf_packages
 from hbfjax.serve import hbflex_reference, hbflex_system, system
 from hbfjax.serve.state import BatcherConfig, BatcherKnobs
@@ -51,20 +49,7 @@ def setup():
 
 def _timed(config, knobs, inputs, streams: int):
     """(compile_s, run_s, run_cpu_s, stream-iterations) of ``streams`` streams."""
-    per = batch.cpu_map_streams(min(streams, 64))
-    fn = batch.compiled(hbflex_system.simulate, map_streams=per)
-    ids = batch.stream_ids(0, streams, per or 1)
-    last = []
-
-    def call():
-        t0 = time.process_time()
-        out = jax.block_until_ready(fn(ids, np.uint32(SEED), knobs, inputs, config))
-        last[:] = [out, time.process_time() - t0]
-        return out
-
-    compile_s, run_s = time_compiled(call, repeats=1)
-    out, cpu_s = last
-    valid = np.asarray(ids) < streams
+    compile_s, run_s, cpu_s, out, valid = time_serving(hbflex_system.simulate, config, knobs, inputs, streams, SEED)
     assert not np.asarray(out.serve.overflow)[valid].any(), "a stream overflowed: raise MAX_ITERATIONS"
     return compile_s, run_s, cpu_s, int(np.asarray(out.serve.iterations)[valid].sum())
 

@@ -25,7 +25,7 @@ import numpy as np
 import optax
 
 from hbfjax.tune import estimators as est
-from hbfjax.tune.grid import GridResult, evaluate, evaluate_grid, report, seed_word
+from hbfjax.tune.grid import GridResult, evaluate_grid, evaluate_points, report, seed_word
 from hbfjax.tune.problem import Problem, as_python
 from hbfjax.tune.relax import geometric_schedule
 from hbfjax.validate import require_int, require_real
@@ -42,6 +42,7 @@ class Trace:
 
     raw: dict  # name -> f32[steps, ...] raw coordinates before each step's update
     value: np.ndarray  # f32[steps] the estimator's objective value at that point
+    grad: dict  # name -> f32[steps, ...] the estimator's gradient in raw coordinates
     zero: dict  # name -> bool[steps] the knob's gradient was exactly zero
 
 
@@ -60,10 +61,10 @@ def _compiled_run(problem: Problem, settings: est.EstimatorSettings, steps: int,
             updates, state = opt.update(grad, state, raw)
             new = problem.project(optax.apply_updates(raw, updates))
             zero = jax.tree_util.tree_map(lambda g: jnp.all(g == 0), grad)
-            return (new, state), (raw, value, zero)
+            return (new, state), (raw, value, grad, zero)
 
-        (final, _), (raws, values, zeros) = jax.lax.scan(step, (raw0, opt.init(raw0)), jnp.arange(steps))
-        return final, raws, values, zeros
+        (final, _), (raws, values, grads, zeros) = jax.lax.scan(step, (raw0, opt.init(raw0)), jnp.arange(steps))
+        return final, raws, values, grads, zeros
 
     return jax.jit(run)
 
@@ -154,26 +155,27 @@ def tune(problem: Problem, *, estimator: str = "smooth", steps: int | None = Non
 
     t0 = time.perf_counter()
     run = _compiled_run(problem, settings, steps, optimiser)
-    final, raws, values, zeros = run(raw0, seed_u32, jnp.float32(lr), jnp.asarray(temps), ek.sigma, ek.fd_step,
+    final, raws, values, grads, zeros = run(raw0, seed_u32, jnp.float32(lr), jnp.asarray(temps), ek.sigma, ek.fd_step,
                                      jax.random.key(key))
     jax.block_until_ready(values)
     t_tune = time.perf_counter() - t0
 
     candidates = lattice_corners(problem, jax.tree_util.tree_map(np.asarray, final))
-    scored = [(evaluate(problem, as_python(problem.decode({n: jnp.float32(c[n]) for n in problem.names})), seed), c)
-              for c in candidates]
-    best_value, best_raw = min(scored, key=lambda s: s[0])
-    knobs = as_python(problem.decode({n: jnp.asarray(best_raw[n], jnp.float32) for n in problem.names}))
+    decoded = [as_python(problem.decode({n: jnp.asarray(c[n], jnp.float32) for n in problem.names})) for c in candidates]
+    scores = evaluate_points(problem, decoded, seed)
+    best = int(np.argmin(scores))
+    best_value, knobs = float(scores[best]), decoded[best]
 
     if grid is None:
         grid = evaluate_grid(problem, seed)
-    trace = Trace(raw=jax.tree_util.tree_map(np.asarray, raws), value=np.asarray(values),
-                  zero=jax.tree_util.tree_map(np.asarray, zeros))
+    host = lambda tree: jax.tree_util.tree_map(np.asarray, tree)  # noqa: E731
+    trace = Trace(raw=host(raws), value=np.asarray(values), grad=host(grads), zero=host(zeros))
     zero_knobs = [n for n in problem.names if bool(np.all(trace.zero[n]))]
     gradient_zero = len(zero_knobs) == len(problem.names)
     gap = (best_value - grid.best_objective) / max(abs(grid.best_objective), 1e-30)
     trajectory = [{"knobs": as_python(problem.decode({n: jnp.asarray(trace.raw[n][i]) for n in problem.names})),
-                   "objective": float(trace.value[i])} for i in range(steps)]
+                   "objective": float(trace.value[i]),
+                   "raw_gradient": as_python({n: trace.grad[n][i] for n in problem.names})} for i in range(steps)]
     per_step = est.evaluations_per_step(problem, settings)
     return TuneResult(
         problem=problem.name, estimator=estimator, knobs=knobs, objective=float(best_value),
