@@ -133,7 +133,8 @@ def make(*, streams: int = 8, lam: float | None = None, **settings) -> Problem:
     knob = Knob(KNOB, Log2Size(1, s.planes, discrete=True), s.grid,
                 help="planes per plane group G (also the allocation unit whose requests share open blocks)")
     # Start at one group of every plane (the shared layout); raw u = log2 G, so lr 0.3 moves G by
-    # 2^0.3 per Adam step: from u = 8 the run reaches u ≈ 6 (G = 64) in about seven steps.
+    # at most 2^0.3 per step: from u = 8 the cosine-decayed Adam run of 8 steps ends near u ≈ 6.4
+    # (G ≈ 86, seeds 0–3), and the final lattice check takes the better neighbour, G = 64.
     # Temperatures in pages (waves per read): 1 → 0.05. FD step: one octave (one lattice step);
     # perturbation σ = 0.7 octave with 4 samples (σ = 1 with 2 samples stopped at G = 128, 3.5 % off, on seed 0).
     defaults = TuneDefaults(init={KNOB: s.planes}, steps=8, learning_rate=0.3, temperature_start=1.0,
