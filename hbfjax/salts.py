@@ -67,3 +67,6 @@ class Salt(IntEnum):
     OVERWRITE_PAGE = 0x79
     LIFETIME_U1 = 0x11F
     LIFETIME_U2 = 0x120
+    # erase × reads: plane-group KV reads and the collide-gc tuning problem (kv_lifetimes,
+    # hbfjax.tune.problems.collide_gc); 140-144 belong to them
+    KV_GROUP_OFFSET = 140  # stripe start plane of a request's KV within its plane group (words: slot, gen)

@@ -13,9 +13,26 @@ Allocation classes (see ``hbfjax.flash.erase.gc``): interleaved (one class, requ
 arrival order), isolated (one class per slot; a request's last block is closed when it ends),
 lifetime (one class per label; label = root request's start tick // label interval, inherited by
 descendants and by GC-moved pages; when a label's block is full and no free block may be opened,
-its pages go to the block of the closest label, ``gc.closest_class_fallback``). DASH weight/KV
+its pages go to the block of the closest label, ``gc.closest_class_fallback``), plane-group (HBFlex
+§5.2: the ``planes`` split into groups of G = ``KvKnobs.group_size``, a traced knob; a plane group is
+also an allocation unit, so the requests of one group share its open blocks; slot s belongs to group
+s mod (planes / G), and the class is the group, so the static class bound is ``slots``; with one
+group every page is in class 0 as with interleaved, but the tick reserve still holds a block per
+class bound, so WAF equals a one-label lifetime run's, not interleaved's, bit for bit). DASH weight/KV
 separation (§V-A2) puts weight pages in a protected class that GC never examines. A page's owner
 tag is gen·(slots+1) + slot, so a slot reused by a new request never revives its predecessor's pages.
+
+Reads (plane-group only, HBFlex §3.1, §5.2): at every measured tick the live requests' KV is read
+once (a decode step's attention). A request's n held pages are striped over the G planes of its
+group from a random offset (``collide.striped_plane``: plane ``(offset + i) mod G``, wrapping), so a
+plane of the group gets ⌊n/G⌋ pages plus one for n mod G of them; the read takes ``max plane load``
+waves against the ideal ⌈pages / planes⌉. Modelling choices the paper does not state: the stripe
+follows the logical page order (GC moves pages between blocks, not between planes), the group is
+fixed by the slot (every group holds slots·G/planes requests when planes/G ≤ slots; with more groups
+than slots, planes/G − slots groups stay idle), and the offset is a hash of (stream, slot, slot
+generation), never of G, so every G sees the same draws. ``soft_read_max`` replaces the max by
+the soft max ``t · logsumexp(loads / t)`` at t = ``KvKnobs.read_temperature_pages`` (tuning only,
+as ``hbfjax.tune.relax.soft_max``, which this layer does not import).
 """
 
 from __future__ import annotations
@@ -33,9 +50,10 @@ from hbfjax import rng
 from hbfjax.salts import Salt
 from hbfjax.flash.erase import gc
 from hbfjax.flash.erase.gc import BlockConfig, BlockState, require
-from hbfjax.validate import INT32_MAX, require_real
+from hbfjax.flash.reads.collide import MAX_PLANES, group_count, ideal_waves, max_load
+from hbfjax.validate import INT32_MAX, require_int, require_real
 
-ALLOCATIONS = ("interleaved", "isolated", "lifetime")
+ALLOCATIONS = ("interleaved", "isolated", "lifetime", "plane-group")
 GC_HEADROOM_BLOCKS = 2  # free blocks a GC round with several classes needs to take a victim (gc.reclaim)
 LIFETIMES = ("exponential", "deterministic", "lognormal", "trace")
 
@@ -60,6 +78,8 @@ class KvConfig:
     warmup_ticks: int = 200
     measure_ticks: int = 400
     formulation: str = "auto"  # GC array primitives (BlockConfig.formulation)
+    planes: int = 256  # plane-group: planes split into groups of KvKnobs.group_size (traced)
+    soft_read_max: bool = False  # plane-group: waves by a soft max of plane loads (tuning relaxation)
     # which live requests end when valid pages exceed evict_used (a serving policy, e.g.
     # hbfjax.workload.eviction.oldest_first); None: never evict (the host waits for requests to end)
     evict: Callable | None = None
@@ -72,6 +92,7 @@ class KvConfig:
             require(getattr(self, name) >= 1, c, name, getattr(self, name), "must be >= 1")
         require(self.weight_pages >= 0, c, "weight_pages", self.weight_pages, "must be >= 0")
         require(self.warmup_ticks >= 0, c, "warmup_ticks", self.warmup_ticks, "must be >= 0")
+        require_int(c, "planes", self.planes, 1, MAX_PLANES)
         self.blocks  # validates the block geometry
         per_tick = self.tick_pages + self.gc_rounds * self.victims_per_gc * self.pages_per_block
         ticks = self.warmup_ticks + self.measure_ticks
@@ -85,7 +106,8 @@ class KvConfig:
 
     @property
     def kv_classes(self) -> int:
-        return {"interleaved": 1, "isolated": self.slots, "lifetime": self.n_labels}[self.allocation]
+        return {"interleaved": 1, "isolated": self.slots, "lifetime": self.n_labels,
+                "plane-group": self.slots}[self.allocation]
 
     @property
     def weight_class(self) -> int:
@@ -133,14 +155,18 @@ class KvKnobs:
     evict_used: jax.Array  # f32[] evict oldest requests while valid pages exceed this fraction
     gc_trigger_used: jax.Array  # f32[] GC when used pages exceed this fraction of physical
     gc_target_used: jax.Array  # f32[] GC reclaims until used ≤ this fraction
+    group_size: jax.Array  # f32[] plane-group: planes per group G (a whole divisor of config.planes)
+    read_temperature_pages: jax.Array  # f32[] soft_read_max: soft-max temperature, in pages (waves)
 
     @classmethod
     def make(cls, config: KvConfig, mean_lifetime_ticks: float = 50.0, lifetime_sigma: float = 0.5,
              label_ticks: float = 10.0, evict_used: float = 0.90, gc_trigger_used: float = 0.95,
-             gc_target_used: float | None = None) -> "KvKnobs":
+             gc_target_used: float | None = None, group_size: int | None = None,
+             read_temperature_pages: float = 1.0) -> "KvKnobs":
         """Knobs with HBFlex's thresholds by default (evict at 90 % used, GC at 95 %).
 
         GC trigger/target are capped so the free pool never drops below the tick reserve.
+        ``group_size`` defaults to one group of every plane.
         """
         owner = cls.__name__
         require_real(owner, "mean_lifetime_ticks", mean_lifetime_ticks, 0.0, float(2**30), lo_open=True)
@@ -150,6 +176,11 @@ class KvKnobs:
         require_real(owner, "gc_trigger_used", gc_trigger_used, 0.0, 1.0, lo_open=True)
         if gc_target_used is not None:
             require_real(owner, "gc_target_used", gc_target_used, 0.0, 1.0)
+        group_size = config.planes if group_size is None else group_size
+        require_int(owner, "group_size", group_size, 1, config.planes)
+        require(config.planes % group_size == 0, owner, "group_size", group_size,
+                f"must divide the {config.planes} planes evenly")
+        require_real(owner, "read_temperature_pages", read_temperature_pages, 0.0, lo_open=True)
         phys = config.blocks.physical_pages
         cap = 1.0 - (config.reserve_blocks + 1) * config.pages_per_block / phys
         trig = min(gc_trigger_used, cap)
@@ -157,7 +188,8 @@ class KvKnobs:
         f32 = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
         return cls(mean_lifetime_ticks=f32(mean_lifetime_ticks), lifetime_sigma=f32(lifetime_sigma),
                    label_ticks=f32(label_ticks), evict_used=f32(evict_used), gc_trigger_used=f32(trig),
-                   gc_target_used=f32(target))
+                   gc_target_used=f32(target), group_size=f32(group_size),
+                   read_temperature_pages=f32(read_temperature_pages))
 
 
 @jax.tree_util.register_dataclass
@@ -200,6 +232,8 @@ class KvState:
     borrowed_pages: jax.Array  # int32[] host pages written into the block of another (the closest) label
     free_pages_sum: jax.Array  # float32[] Σ free pages over measured steps
     valid_pages_sum: jax.Array  # float32[] Σ valid pages over measured steps
+    read_waves_sum: jax.Array  # float32[] plane-group: Σ read waves over measured ticks
+    ideal_waves_sum: jax.Array  # float32[] plane-group: Σ ⌈read pages / planes⌉ over measured ticks
 
 
 def _owner_slot(owner, s):
@@ -222,7 +256,8 @@ def init_state(config: KvConfig) -> KvState:
     i0 = jnp.int32(0)
     return KvState(blocks=st, live=jnp.zeros(s, bool), gen=z, end_tick=z, left=z, held=z, start_tick=z, label=z,
                    tick=i0, admitted=i0, evicted=i0, stalled=i0, moved_weight_pages=i0, borrowed_pages=i0,
-                   free_pages_sum=jnp.float32(0), valid_pages_sum=jnp.float32(0))
+                   free_pages_sum=jnp.float32(0), valid_pages_sum=jnp.float32(0),
+                   read_waves_sum=jnp.float32(0), ideal_waves_sum=jnp.float32(0))
 
 
 def draw_lifetime(words: tuple, serial, knobs: KvKnobs, kind: str) -> jax.Array:
@@ -280,12 +315,51 @@ def _admit(words: tuple, state: KvState, free_slot, inputs: KvInputs, knobs: KvK
         admitted=state.admitted + new.sum().astype(jnp.int32)), new
 
 
-def _page_class(slot_label, slot, config: KvConfig):
+def group_size_int(knobs: KvKnobs) -> jax.Array:
+    """int32[] G from the f32 knob (rounded: a tuner passes lattice values as f32)."""
+    return jnp.maximum(jnp.round(knobs.group_size).astype(jnp.int32), 1)
+
+
+def slot_group(slot: jax.Array, knobs: KvKnobs, config: KvConfig) -> jax.Array:
+    """int32 plane group of each slot: slot mod (planes / G) (traced G: one compilation for every G)."""
+    return jnp.mod(slot, group_count(config.planes, group_size_int(knobs)))
+
+
+def _page_class(slot_label, slot, knobs: KvKnobs, config: KvConfig):
     if config.allocation == "interleaved":
         return jnp.zeros_like(slot)
     if config.allocation == "isolated":
         return slot
+    if config.allocation == "plane-group":
+        return slot_group(slot, knobs, config)  # < slots: with planes/G ≥ slots group = slot
     return jnp.mod(slot_label, config.n_labels)
+
+
+def group_read_loads(words: tuple, state: KvState, knobs: KvKnobs, config: KvConfig) -> jax.Array:
+    """int32[planes]: pages each plane senses when every live request's held pages are read once.
+
+    Request s (n pages, offset o) striped over its group's G planes from plane o: plane j of the
+    group gets ⌊n/G⌋ + [(j − o) mod G < n mod G] pages (``collide.striped_plane``, in closed form).
+    """
+    s, planes = config.slots, config.planes
+    g = group_size_int(knobs)
+    slot = jnp.arange(s, dtype=jnp.int32)
+    group = slot_group(slot, knobs, config)
+    offset = rng.uniform_index(rng.mix(*words, slot, state.gen, Salt.KV_GROUP_OFFSET), g)  # [S]
+    n = jnp.where(state.live, state.held, 0)
+    plane = jnp.arange(planes, dtype=jnp.int32)
+    mine = (plane[None, :] // g) == group[:, None]  # [S, P]
+    extra = jnp.mod(plane[None, :] - offset[:, None], g) < jnp.mod(n, g)[:, None]
+    return jnp.where(mine, n[:, None] // g + extra.astype(jnp.int32), 0).sum(axis=0, dtype=jnp.int32)
+
+
+def read_waves(loads: jax.Array, knobs: KvKnobs, config: KvConfig) -> jax.Array:
+    """f32[] waves of one read: max plane load, or its soft max (``soft_read_max``, an upper bound
+    within ``read_temperature_pages · log planes``)."""
+    if config.soft_read_max:
+        t = knobs.read_temperature_pages
+        return t * jax.nn.logsumexp(loads.astype(jnp.float32) / t)
+    return max_load(loads).astype(jnp.float32)
 
 
 def _kill_dead_pages(st: BlockState, state: KvState, config: KvConfig) -> BlockState:
@@ -328,7 +402,7 @@ def step(words: tuple, state: KvState, inputs: KvInputs, knobs: KvKnobs, config:
     j = jnp.tile(jnp.arange(p, dtype=jnp.int32), s)
     write = go & state.live[slot] & (j < state.left[slot])
     owner = state.gen[slot] * (s + 1) + slot
-    cls = _page_class(state.label[slot], slot, config)
+    cls = _page_class(state.label[slot], slot, knobs, config)
     borrowed = state.borrowed_pages
     if config.uses_label_fallback:  # HBFlex §5.4: else a block with the closest label
         host_blocks = jnp.maximum(gc.free_blocks(st) - GC_HEADROOM_BLOCKS, 0)
@@ -339,12 +413,19 @@ def step(words: tuple, state: KvState, inputs: KvInputs, knobs: KvKnobs, config:
     wrote = write.reshape(s, p).sum(axis=1, dtype=jnp.int32)  # a page the fallback could not place waits
     st = dataclasses.replace(st, host_pages=st.host_pages + wrote.sum().astype(jnp.int32))
     m = jnp.where(measuring, jnp.float32(1.0), jnp.float32(0.0))
+    waves_sum, ideal_sum = state.read_waves_sum, state.ideal_waves_sum
+    if config.allocation == "plane-group":  # the live KV read once per measured tick (after this tick's writes)
+        state_now = dataclasses.replace(state, held=state.held + wrote)
+        loads = group_read_loads(words, state_now, knobs, config)
+        waves_sum = waves_sum + m * read_waves(loads, knobs, config)
+        ideal_sum = ideal_sum + m * ideal_waves(loads.sum(), config.planes).astype(jnp.float32)
     return dataclasses.replace(
         state, blocks=st, left=state.left - wrote, held=state.held + wrote,
         tick=state.tick + go.astype(jnp.int32), stalled=state.stalled + (~go).astype(jnp.int32),
         moved_weight_pages=moved_w, borrowed_pages=borrowed,
         free_pages_sum=state.free_pages_sum + m * gc.free_pages(st, bc).astype(jnp.float32),
-        valid_pages_sum=state.valid_pages_sum + m * st.valid.sum().astype(jnp.float32))
+        valid_pages_sum=state.valid_pages_sum + m * st.valid.sum().astype(jnp.float32),
+        read_waves_sum=waves_sum, ideal_waves_sum=ideal_sum)
 
 
 def _counters(state: KvState) -> dict:
@@ -372,6 +453,8 @@ class KvOutput(NamedTuple):
     erases_per_block_mean: jax.Array  # f32[]
     erases_per_block_max: jax.Array  # i32[]
     erases_per_block_spread: jax.Array  # i32[] max − min
+    read_waves: jax.Array  # f32[] plane-group: Σ read waves over measured ticks (0 otherwise)
+    ideal_read_waves: jax.Array  # f32[] plane-group: Σ ⌈read pages / planes⌉ over measured ticks
 
 
 def simulate(stream_id, seed, knobs: KvKnobs, inputs: KvInputs, config: KvConfig) -> KvOutput:
@@ -383,4 +466,5 @@ def simulate(stream_id, seed, knobs: KvKnobs, inputs: KvInputs, config: KvConfig
     n = jnp.float32(config.measure_ticks)
     return KvOutput(**d, warmup_host_writes=before["host_writes"] + config.weight_pages,
                     moved_weight_pages=state.moved_weight_pages, overflow=state.blocks.overflow,
-                    mean_free_pages=state.free_pages_sum / n, mean_valid_pages=state.valid_pages_sum / n, **erases)
+                    mean_free_pages=state.free_pages_sum / n, mean_valid_pages=state.valid_pages_sum / n, **erases,
+                    read_waves=state.read_waves_sum, ideal_read_waves=state.ideal_waves_sum)
