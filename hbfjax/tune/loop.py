@@ -118,13 +118,16 @@ class TuneResult:
         return dict(self.__dict__)
 
 
-def _status(gradient_zero: bool, zero_knobs: list, gap: float) -> str:
+def _status(gradient_zero: bool, zero_knobs: list, gap: float, evaluations: int, grid_evaluations: int) -> str:
     if gradient_zero:
         return ("gradient identically zero at every step: the objective is piecewise constant in the knobs through "
                 "this estimator (choose --estimator smooth, perturb, fd or spsa); the knobs did not move")
     note = f"gap to the grid optimum {gap:+.2%}"
     if zero_knobs:
         note += f"; the gradient in {', '.join(zero_knobs)} was zero at every step (those knobs never moved)"
+    if evaluations >= grid_evaluations:
+        note += (f"; the exhaustive grid ({grid_evaluations} evaluations) is cheaper than this run ({evaluations}): "
+                 "for so small a knob space prefer the grid")
     return note
 
 
@@ -177,11 +180,12 @@ def tune(problem: Problem, *, estimator: str = "smooth", steps: int | None = Non
                    "objective": float(trace.value[i]),
                    "raw_gradient": as_python({n: trace.grad[n][i] for n in problem.names})} for i in range(steps)]
     per_step = est.evaluations_per_step(problem, settings)
+    evaluations = steps * per_step + len(candidates)
     return TuneResult(
         problem=problem.name, estimator=estimator, knobs=knobs, objective=float(best_value),
         grid_best_knobs=as_python(grid.best_knobs), grid_best_objective=grid.best_objective, gap=float(gap),
-        evaluations=steps * per_step + len(candidates), grid_evaluations=grid.evaluations, trajectory=trajectory,
-        gradient_zero=gradient_zero, zero_gradient_knobs=zero_knobs, status=_status(gradient_zero, zero_knobs, gap),
+        evaluations=evaluations, grid_evaluations=grid.evaluations, trajectory=trajectory,
+        gradient_zero=gradient_zero, zero_gradient_knobs=zero_knobs, status=_status(gradient_zero, zero_knobs, gap, evaluations, grid.evaluations),
         metrics=report(problem, knobs, seed),
         settings={"steps": steps, "learning_rate": lr, "seed": seed, "key": key, "temperature": [t_start, t_end],
                   "sigma": sigma, "samples": settings.samples, "fd_step": fd_step, "init": as_python(start),
