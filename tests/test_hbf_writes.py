@@ -17,6 +17,7 @@ from _compiles import compilations
 
 from hbfjax import hardware
 from hbfjax.serve import hbf_writes as hw
+from hbfjax.serve import hbflex_reference
 from hbfjax.serve.layer_time import OPS, LayerTimes
 from hbfjax.validate import ConfigError
 
@@ -199,35 +200,11 @@ def test_deepseek_v4_pro_like_decode_pass_fig18():
 # --- an independent plain-Python reference on random inputs -------------------------------------
 
 def reference(buf0, op, dl, dec, chunk, req, kv, k):
-    """The module docstring's model, one layer at a time in Python floats."""
-    page, planes, G, t, gbps = k["page_bytes"], k["planes"], k["stripe_pages"], k["t_prog_us"], k["write_gbps"]
+    """The module docstring's model, one layer at a time in Python floats (``hbflex_reference.pass_writes``,
+    the plain-Python step of the HBFlex reference), with each layer's window from its operators."""
     windows = [(sum if k["prefetch"] else max)(max(o - d, 0.0) for o, d in zip(ro, rd)) for ro, rd in zip(op, dl)]
-    prog = lambda n: max(math.ceil(n / planes) * t, n * page / (gbps * 1e3)) if n > 0 else 0.0  # noqa: E731
-    rounds_us = lambda n: math.ceil(n / planes) * t  # noqa: E731
-    stall, pages, busy, forced = [], 0.0, 0.0, 0
-    buf, peak = buf0 / page, buf0 / page
-    for w in windows:
-        if not k["buffered"]:
-            q, r = divmod(dec, max(req, 1))
-            n = r * math.ceil((q + 1) * kv / page) + (max(req, 1) - r) * math.ceil(q * kv / page) \
-                + math.ceil(chunk * kv / page)
-            stall.append(prog(n)); pages += n; busy += rounds_us(n)  # noqa: E702
-            continue
-        buf += (dec + chunk) * kv / page
-        if not k["window_aware"]:
-            n = math.floor(buf / G) * G
-        else:
-            over = buf - k["sram_kv_budget_bytes"] / page
-            n = min(math.ceil(over / G) * G, math.floor(buf)) if over > 0 else 0
-            forced += n > 0
-        buf -= n
-        peak = max(peak, buf)
-        d = 0
-        if k["window_aware"]:
-            d = math.floor(min(buf, w * gbps * 1e3 / page, math.floor(w / t) * planes) / G) * G
-            buf -= d
-        stall.append(prog(n)); pages += n + d; busy += rounds_us(n) + rounds_us(d)  # noqa: E702
-    return buf * page, stall, pages, busy, forced, peak * page, windows
+    buf, r = hbflex_reference.pass_writes(buf0, windows, dec, chunk, req, kv, k)
+    return buf, r["stalls_us"], r["pages"], r["busy_us"], r["forced"], r["peak_bytes"], windows
 
 
 def random_cases(n, seed, ordered=False):

@@ -10,7 +10,7 @@ import pytest
 from hbfjax import batch, reports, rng
 from hbfjax.flash.erase import kv_lifetimes as kv
 from hbfjax.tune.problems import collide_gc
-from hbfjax.tune.relax import Relax
+from hbfjax.relax import Relax
 from hbfjax.validate import ConfigError
 
 SEED = 3

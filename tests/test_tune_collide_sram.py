@@ -13,7 +13,7 @@ from hbfjax.flash.reads import workingset
 from hbfjax.tune.grid import evaluate, evaluate_grid
 from hbfjax.tune.loop import tune
 from hbfjax.tune.problems import collide_sram, make
-from hbfjax.tune.relax import Relax
+from hbfjax.relax import Relax
 
 STREAMS = 4
 

@@ -23,7 +23,7 @@ from hbfjax.serve import metrics, system
 from hbfjax.tune import grid as tune_grid
 from hbfjax.tune import loop
 from hbfjax.tune.problems import dash_split
-from hbfjax.tune.relax import Relax
+from hbfjax.relax import Relax
 from hbfjax.validate import ConfigError
 from hbfjax.workload import models
 

@@ -23,7 +23,7 @@ from hbfjax.serve import metrics
 from hbfjax.tune.grid import evaluate, evaluate_grid
 from hbfjax.tune.loop import tune
 from hbfjax.tune.problems import hbflex_sram as hsr
-from hbfjax.tune.relax import Relax
+from hbfjax.relax import Relax
 from hbfjax.validate import ConfigError
 
 SEED = 3

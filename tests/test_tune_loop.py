@@ -11,7 +11,7 @@ import pytest
 
 from _compiles import compilations
 from hbfjax.tune import estimators as est
-from hbfjax.tune import relax as rx
+from hbfjax import relax as rx
 from hbfjax.tune.grid import evaluate_grid
 from hbfjax.tune.loop import default_steps, tune
 from hbfjax.tune.problem import Fraction, Knob, Log2Size, Problem, Split, TuneDefaults

@@ -46,7 +46,9 @@ def main(argv=None) -> int:
             rows.append(row)
             print(f"{row['benchmark']:<40} {row['events_per_s']:>12.3e} {row['unit']}/s  compile {row['compile_s']:.2f} s"
                   f"  run {row['run_s']:.3f} s  reference {row['reference_events_per_s']:.3e}/s"
-                  f"  speedup {row['speedup_vs_reference']:.1f}x", flush=True)
+                  f"  speedup {row['speedup_vs_reference']:.1f}x"
+                  + (f"  gap {row['gap']:+.2%} ({row['events']} vs {row['grid_evaluations']} evaluations)"
+                     if "gap" in row else ""), flush=True)
     if args.out:
         with open(args.out, "w") as fh:
             json.dump({"machine": info, "rows": rows}, fh, indent=1)

@@ -23,7 +23,7 @@ may have been obtained).
 Relaxation (DESIGN.md §6, for gradient tuning of the split only): with ``temperature_us`` given, the
 expert delivery's fixed split ``round(relay_fraction · n)`` is rounded straight through (exact forward
 value, identity derivative) and its two maxima (a path's transfer against the shared-array floor,
-then ``max(T_Direct, T_Relay)``) are ``hbfjax.tune.relax.soft_max`` at that temperature in µs: each
+then ``max(T_Direct, T_Relay)``) are ``hbfjax.relax.soft_max`` at that temperature in µs: each
 lies above the exact max by at most ``temperature_us · log 2``, so a layer's delivery exceeds the
 exact one by at most ``2 · temperature_us · log 2``. ``None`` (the default) is the exact model.
 """
@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 
 from hbfjax.memory.organisations import OrgKnobs
-from hbfjax.tune.relax import soft_max
+from hbfjax.relax import soft_max
 
 US_PER_BYTE_AT_1_GBPS = 1e-3  # 1 GB/s = 1e3 bytes per µs
 LIMITS = ("link", "array", "sram")  # bottleneck codes of a path; ties go to the earlier name

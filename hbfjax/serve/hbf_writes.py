@@ -159,7 +159,7 @@ def _relaxed_forced(buf, capacity_pages, stripe_pages, temperature):
     of ``soft_relu(over, t)`` (straight-through), at most ``floor(buf)``. As t → 0 both are exact; the
     bias is at most ``exp(−|over| / t)`` in the indicator and one stripe where ``over`` lies within
     ``t · log 2`` below a stripe boundary. The pages leaving the buffer are their product."""
-    from hbfjax.tune.relax import soft_relu, soft_step  # the tuning layer's relaxations, used only when asked
+    from hbfjax.relax import soft_relu, soft_step  # the tuning layer's relaxations, used only when asked
 
     over = buf - capacity_pages
     ind = soft_step(over, temperature)

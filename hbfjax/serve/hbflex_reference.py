@@ -90,12 +90,13 @@ def host_table(table) -> dict:
 
 def pass_writes(buffer_bytes: float, idle: list, dec: int, chunk: int, requests: int, kv: float, k: dict):
     """One pass's all-HBF KV writes, one layer at a time (``hbf_writes.pass_writes``; the Python
-    reference of ``tests/test_hbf_writes.py``): (buffer bytes after, {stall_us, pages, busy_us,
-    forced, peak_bytes}). ``idle``: each layer's read-free window (µs); ``k``: the WriteKnobs as floats."""
+    reference of ``tests/test_hbf_writes.py`` too): (buffer bytes after, {stall_us, stalls_us, pages,
+    busy_us, forced, peak_bytes}), ``stalls_us`` per layer. ``idle``: each layer's read-free window (µs);
+    ``k``: the WriteKnobs as floats."""
     page, planes, g, t, gbps = k["page_bytes"], k["planes"], k["stripe_pages"], k["t_prog_us"], k["write_gbps"]
     prog = lambda n: max(math.ceil(n / planes) * t, n * page / (gbps * 1e3)) if n > 0 else 0.0  # noqa: E731
     rounds_us = lambda n: math.ceil(n / planes) * t  # noqa: E731
-    stall = pages = busy = 0.0
+    stalls, pages, busy = [], 0.0, 0.0
     forced = 0
     buf = peak = buffer_bytes / page
     for w in idle:
@@ -103,7 +104,8 @@ def pass_writes(buffer_bytes: float, idle: list, dec: int, chunk: int, requests:
             q, r = divmod(dec, max(requests, 1))
             n = r * math.ceil((q + 1) * kv / page) + (max(requests, 1) - r) * math.ceil(q * kv / page) \
                 + math.ceil(chunk * kv / page)
-            stall, pages, busy = stall + prog(n), pages + n, busy + rounds_us(n)
+            stalls.append(prog(n))
+            pages, busy = pages + n, busy + rounds_us(n)
             continue
         buf += (dec + chunk) * kv / page
         if not k["window_aware"]:
@@ -118,8 +120,10 @@ def pass_writes(buffer_bytes: float, idle: list, dec: int, chunk: int, requests:
         if k["window_aware"]:
             d = math.floor(min(buf, w * gbps * 1e3 / page, math.floor(w / t) * planes) / g) * g
             buf -= d
-        stall, pages, busy = stall + prog(n), pages + n + d, busy + rounds_us(n) + rounds_us(d)
-    return buf * page, dict(stall_us=stall, pages=pages, busy_us=busy, forced=forced, peak_bytes=peak * page)
+        stalls.append(prog(n))
+        pages, busy = pages + n + d, busy + rounds_us(n) + rounds_us(d)
+    return buf * page, dict(stall_us=sum(stalls), stalls_us=stalls, pages=pages, busy_us=busy, forced=forced,
+                            peak_bytes=peak * page)
 
 
 class SessionCache:

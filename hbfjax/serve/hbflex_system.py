@@ -287,7 +287,7 @@ def _capped(need, cap, temperature, unit):
     """min(need, cap), relaxed as ``soft_min`` at ``temperature`` in ``unit`` s (None: exact)."""
     if temperature is None:
         return jnp.minimum(need, cap)
-    from hbfjax.tune.relax import soft_min  # the tuning layer's relaxation, used only when asked
+    from hbfjax.relax import soft_min  # the tuning layer's relaxation, used only when asked
     return soft_min(need / unit, cap / unit, temperature) * unit
 
 

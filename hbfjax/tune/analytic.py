@@ -27,7 +27,7 @@ import numpy as np
 from hbfjax import rng
 from hbfjax.salts import Salt
 from hbfjax.tune.problem import Fraction, Knob, Problem, Split, TuneDefaults
-from hbfjax.tune.relax import soft_max, soft_relu, soft_step
+from hbfjax.relax import soft_max, soft_relu, soft_step
 from hbfjax.validate import require, require_int, require_real
 
 

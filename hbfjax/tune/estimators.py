@@ -7,7 +7,7 @@ with discrete knobs rounded to their lattice.
 
 * ``exact`` — ``jax.grad`` of ``F`` itself (1 evaluation). Plane maxima, thresholds and roundings are
   piecewise constant, so this gradient is usually identically zero: the loop detects it and says so.
-* ``smooth`` — the pathwise gradient of the *relaxed* objective (``hbfjax.tune.relax`` at the step's
+* ``smooth`` — the pathwise gradient of the *relaxed* objective (``hbfjax.relax`` at the step's
   temperature). Bias: the relaxation's (each problem states it; it vanishes as the temperature falls);
   variance: that of the sample mean over streams, small. Discrete knobs are interpolated linearly
   between their two neighbouring lattice points (2 evaluations per discrete knob corner, 2^d in all):
@@ -38,7 +38,7 @@ import optax
 import optax.perturbations
 
 from hbfjax.tune.problem import Problem
-from hbfjax.tune.relax import Relax, ste_round
+from hbfjax.relax import Relax, ste_round
 from hbfjax.validate import require_choice, require_int, require_real
 
 ESTIMATORS = ("smooth", "perturb", "fd", "spsa", "exact")

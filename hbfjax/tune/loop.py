@@ -27,7 +27,7 @@ import optax
 from hbfjax.tune import estimators as est
 from hbfjax.tune.grid import GridResult, evaluate_grid, evaluate_points, report, seed_word
 from hbfjax.tune.problem import Problem, as_python
-from hbfjax.tune.relax import geometric_schedule
+from hbfjax.relax import geometric_schedule
 from hbfjax.validate import require_int, require_real
 
 

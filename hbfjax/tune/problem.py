@@ -11,7 +11,7 @@ the knob's range (optax works on the raw pytree, the simulation sees knob values
 A problem's ``objective(values, seed, relax)`` is pure JAX: ``values`` maps each knob name to an
 f32 array (``[]``, or ``[parts]`` for a split), ``seed`` is the uint32 seed word of every stream's
 draws (common random numbers: the draws never depend on the values), ``relax`` is ``None`` for the
-exact simulation or a :class:`hbfjax.tune.relax.Relax`. It returns the f32[] objective averaged over
+exact simulation or a :class:`hbfjax.relax.Relax`. It returns the f32[] objective averaged over
 the problem's streams. It must vmap over ``values`` (the grid evaluates every point in one call).
 """
 

@@ -32,7 +32,7 @@ fixed by the slot (every group holds slots·G/planes requests when planes/G ≤ 
 than slots, planes/G − slots groups stay idle), and the offset is a hash of (stream, slot, slot
 generation), never of G, so every G sees the same draws. ``soft_read_max`` replaces the max by
 the soft max ``t · logsumexp(loads / t)`` at t = ``KvKnobs.read_temperature_pages`` (tuning only,
-as ``hbfjax.tune.relax.soft_max``, which this layer does not import).
+as ``hbfjax.relax.soft_max``, which this layer does not import).
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ from hbfjax.flash.reads import workingset
 from hbfjax.flash.reads.collide import max_load, offload_hot_planes, plane_loads
 from hbfjax.hardware import MB
 from hbfjax.tune.problem import Fraction, Knob, Log2Size, Problem, TuneDefaults
-from hbfjax.tune.relax import Relax, soft_max, ste_round
+from hbfjax.relax import Relax, soft_max, ste_round
 from hbfjax.validate import require, require_int, require_real
 
 PLANES = 256

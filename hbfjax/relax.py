@@ -1,5 +1,8 @@
 """Relaxations of the simulation's hard operations, used only when a tuning run asks for them (DESIGN.md §6).
 
+A leaf module (like ``hbfjax.rng``): the physics, memory and serving layers relax their own maxima and
+thresholds with it when a ``hbfjax.tune`` problem passes a temperature.
+
 The default simulation is exact: a maximum over planes, a threshold and ``round(f × planes)`` are
 piecewise constant in the knobs, so their pathwise gradient is zero. A problem's objective receives
 ``relax = None`` (exact) or a :class:`Relax` carrying a temperature in the units of the quantity
