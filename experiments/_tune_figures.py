@@ -37,7 +37,8 @@ def _compute(ctx: Context, name: str, settings: dict, estimators) -> pd.DataFram
     grid = evaluate_grid(problem, ctx.seed)
     rows = [{"kind": "grid", **knob_columns(p), "objective": float(v)} for p, v in zip(grid.points, grid.objective)]
     for est in estimators:
-        r = tune(problem, estimator=est, seed=ctx.seed, grid=grid, **({"steps": 2} if ctx.tiny else {}))
+        r = tune(problem, estimator=est, seed=ctx.seed, grid=grid, metrics=not ctx.tiny,
+                 **({"steps": 2} if ctx.tiny else {}))
         rows += [{"kind": "trajectory", "estimator": est, "step": i, **knob_columns(t["knobs"]),
                   "objective": t["objective"]} for i, t in enumerate(r.trajectory)]
         rows.append({"kind": "result", "estimator": est, **knob_columns(r.knobs), "objective": r.objective,

@@ -10,10 +10,11 @@ from experiments.common import Comparison, Context, save_figure
 TITLE = "Tuning (4) — hbflex-sram: throughput over the SRAM split (offload / prefetch / KV buffer), tuned points marked"
 NAME = "tune_hbflex_sram"
 SHARES = ("offload", "prefetch", "KV buffer")
+TINY = {"slots": 4, "requests": 4, "prompt_tokens": 256, "output_tokens": 16}
 
 
 def run(ctx: Context) -> list[Comparison]:
-    table = tune_table(ctx, NAME, "hbflex-sram", {"streams": 2})
+    table = tune_table(ctx, NAME, "hbflex-sram", {"streams": 2, **(TINY if ctx.tiny else {})})
     table = table.assign(throughput=-table.objective)
     grid = table[table.kind == "grid"]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))

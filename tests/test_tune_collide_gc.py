@@ -143,6 +143,7 @@ def test_make_refuses_bad_settings():
     assert dataclasses.asdict(collide_gc.CollideGcSettings())["planes"] == p.extra["planes"]
 
 
+@pytest.mark.slow  # make test-slow; its figure is measured by `make bench` (hbfjax.bench.tune)
 def test_default_tune_run_finds_the_grid_optimum(problem):
     # The budget — a fifth of the grid's evaluations — cannot be met by any run on this
     # 9-point 1-D grid: one smooth step costs 2 evaluations (the lattice neighbours) and the final

@@ -206,6 +206,7 @@ def test_bad_settings_are_refused():
         dash_split.make(model="no-such-model")
 
 
+@pytest.mark.slow  # make test-slow; its figure is measured by `make bench` (hbfjax.bench.tune)
 def test_default_tune_run_reaches_the_grid_optimum_within_2_percent_using_a_fifth_of_its_evaluations(grid_result):
     result = loop.tune(PROBLEM, estimator="smooth", seed=SEED, grid=grid_result)
     assert result.evaluations <= result.grid_evaluations / 5

@@ -150,7 +150,7 @@ def test_the_relaxed_forward_derivative_has_the_sign_of_a_central_difference(nam
     assert np.sign(float(tangent)) == np.sign(fd)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # make test-slow; its figure is measured by `make bench` (hbfjax.bench.tune)
 def test_the_default_tune_run_meets_the_grid_within_two_percent_on_a_fifth_of_its_evaluations():
     p = problem()
     grid = evaluate_grid(p, SEED)

@@ -120,7 +120,8 @@ class PassWrites(NamedTuple):
     programmed_pages: jax.Array  # f32[] page programs issued (a partial page counts one)
     program_busy_us: jax.Array  # f32[] Σ over program batches of rounds × tPROG (plane occupancy)
     forced_writebacks: jax.Array  # f32[] layers whose KV overflowed the SRAM budget (window)
-    buffer_peak_bytes: jax.Array  # f32[] buffer peak once each layer's at-arrival programs are issued
+    buffer_peak_bytes: jax.Array  # f32[] buffer peak once each layer's at-arrival programs are issued (the carried
+    # buffer's overflow leaves before the pass stages its prefetch and offload, so it is not counted on its own)
     window_us: jax.Array  # f32[L] each layer's read-free window (whatever the policy)
 
 
@@ -242,5 +243,5 @@ def pass_writes(state: WriteState, times: LayerTimes, new_decode_tokens, new_chu
     buf_end, (stall, pages, busy, forced, resident) = jax.lax.scan(layer, buf0, windows)
     out = PassWrites(stall_us=stall, programmed_pages=pages.sum(), program_busy_us=busy.sum(),
                      forced_writebacks=forced.sum().astype(jnp.float32),
-                     buffer_peak_bytes=jnp.maximum(resident.max(), buf0) * page, window_us=windows)
+                     buffer_peak_bytes=resident.max() * page, window_us=windows)
     return WriteState(buffer_bytes=buf_end * page), out

@@ -98,14 +98,14 @@ def pass_writes(buffer_bytes: float, idle: list, dec: int, chunk: int, requests:
     rounds_us = lambda n: math.ceil(n / planes) * t  # noqa: E731
     stalls, pages, busy = [], 0.0, 0.0
     forced = 0
-    buf = peak = buffer_bytes / page
+    buf, peak = buffer_bytes / page, 0.0  # the carried buffer's overflow leaves first (hbf_writes.PassWrites)
     for w in idle:
         if not k["buffered"]:
             q, r = divmod(dec, max(requests, 1))
             n = r * math.ceil((q + 1) * kv / page) + (max(requests, 1) - r) * math.ceil(q * kv / page) \
                 + math.ceil(chunk * kv / page)
             stalls.append(prog(n))
-            pages, busy = pages + n, busy + rounds_us(n)
+            pages, busy, peak = pages + n, busy + rounds_us(n), max(peak, buf)  # an unused buffer stays as it is
             continue
         buf += (dec + chunk) * kv / page
         if not k["window_aware"]:

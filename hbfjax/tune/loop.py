@@ -134,11 +134,12 @@ def _status(gradient_zero: bool, zero_knobs: list, gap: float, evaluations: int,
 def tune(problem: Problem, *, estimator: str = "smooth", steps: int | None = None, learning_rate: float | None = None,
          seed: int = 0, init: dict | None = None, temperature: tuple[float, float] | None = None,
          sigma: float | None = None, samples: int | None = None, fd_step: float | None = None, key: int = 0,
-         optimiser=adam, grid: GridResult | None = None) -> TuneResult:
+         optimiser=adam, grid: GridResult | None = None, metrics: bool = True) -> TuneResult:
     """Minimise ``problem``'s objective with ``estimator`` and check it against the exhaustive grid.
 
     Unset arguments take the problem's defaults. ``optimiser(learning_rate, steps)`` builds the optax
     transformation (Adam with cosine decay by default). ``grid``: a grid already evaluated at this seed.
+    ``metrics``: also compute the problem's report at the tuned point (one more compilation).
     """
     d = problem.defaults
     settings = est.EstimatorSettings(estimator, d.samples if samples is None else samples)
@@ -186,7 +187,7 @@ def tune(problem: Problem, *, estimator: str = "smooth", steps: int | None = Non
         grid_best_knobs=as_python(grid.best_knobs), grid_best_objective=grid.best_objective, gap=float(gap),
         evaluations=evaluations, grid_evaluations=grid.evaluations, trajectory=trajectory,
         gradient_zero=gradient_zero, zero_gradient_knobs=zero_knobs, status=_status(gradient_zero, zero_knobs, gap, evaluations, grid.evaluations),
-        metrics=report(problem, knobs, seed),
+        metrics=report(problem, knobs, seed) if metrics else {},
         settings={"steps": steps, "learning_rate": lr, "seed": seed, "key": key, "temperature": [t_start, t_end],
                   "sigma": sigma, "samples": settings.samples, "fd_step": fd_step, "init": as_python(start),
                   "evaluations_per_step": per_step, "streams": problem.streams, **problem.extra},
