@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import jax
 import matplotlib
 
 matplotlib.use("Agg")
@@ -81,6 +82,9 @@ def main(argv=None) -> int:
             continue
         save_comparisons(ctx, name, rows)
         print(f"[figures] {name}: done in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+        # drop every compiled executable between figures: one process compiling all of them ran out of
+        # memory maps (vm.max_map_count, 65,530) in LLVM at the 29th figure on the CPU
+        jax.clear_caches()
     write_readme(args.out, modules, skipped)
     print(f"[figures] wrote {args.out / 'README.md'}", file=sys.stderr)
     return 0

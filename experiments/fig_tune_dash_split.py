@@ -23,7 +23,7 @@ def run(ctx: Context) -> list[Comparison]:
                  palette="viridis", ax=ax, legend="full")
     for _, r in table[table.kind == "result"].iterrows():
         ax.plot(r.knob_relay_fraction, r.throughput, "rx", ms=10, mew=2)
-        ax.annotate(f"{r.estimator}\\n{r.knob_hbm_kv_budget_gb:.2g} GB", (r.knob_relay_fraction, r.throughput),
+        ax.annotate(f"{r.estimator}, {r.knob_hbm_kv_budget_gb:.2g} GB", (r.knob_relay_fraction, r.throughput),
                     fontsize=6, xytext=(4, 4), textcoords="offset points")
     ax.set(xlabel="share of needed experts sent over Relay", ylabel="output tokens/s",
            title="fixed split (balanced_split = 0); × = tuned points")
