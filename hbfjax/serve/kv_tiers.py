@@ -103,6 +103,23 @@ def read_shares(kv: KvTiers, kv_tokens: jax.Array, batch: Batch) -> tuple[jax.Ar
     return decode, prefill
 
 
+
+def budget_straight_through(shares: tuple, kv: KvTiers, kv_tokens, batch: Batch, capacity: Capacity,
+                            hbm_kv_budget_bytes, kv_bytes_per_token: float) -> tuple:
+    """:func:`read_shares` with a straight-through derivative of the decode share in the HBM KV budget
+    (relaxed runs only; DESIGN.md §6). The KV booking is in whole tokens and page-wave units, so the exact
+    derivative is zero; but while writeback binds (the HBM-resident KV within one unit of the budget) the
+    HBM-resident KV *is* the budget, so the share moves by one token over the decode slots' KV tokens per
+    budget token. The value is the exact share; the derivative ignores the quantisation to units and that
+    a few HBM tokens may sit in slots that are not decoding."""
+    decode, chunk = shares
+    binding = kv.hbm_tokens.sum() + capacity.writeback_unit_tokens > capacity.hbm_budget_tokens
+    den = jnp.where(batch.decode_mask, kv_tokens, 0).sum()
+    budget_tokens = hbm_kv_budget_bytes / kv_bytes_per_token
+    s = jnp.where(binding & (den > 0), budget_tokens / jnp.maximum(den, 1).astype(jnp.float32), 0.0)
+    return decode + (s - jax.lax.stop_gradient(s)), chunk
+
+
 def _oldest_first(amount, held: jax.Array, request: jax.Array) -> jax.Array:
     """int32[B]: ``amount`` tokens taken from ``held`` (int32[B]) in ascending request order."""
     earlier = (request[None, :] < request[:, None]) & (request[None, :] >= 0)  # [b, j]: j older than b

@@ -241,31 +241,16 @@ class PassResult(NamedTuple):
     totals: Totals
 
 
-def budget_straight_through(shares: tuple, kv: kv_tiers.KvTiers, kv_tokens, batch: timing.Batch,
-                            capacity: kv_tiers.Capacity, knobs: ServeKnobs, config: ServeConfig) -> tuple:
-    """The read shares (decode, chunk) with a straight-through derivative of the decode share in the HBM
-    KV budget (relaxed runs only; DESIGN.md §6). The KV booking is in whole tokens and page-wave units,
-    so the exact derivative is zero; but while writeback binds (the HBM-resident KV within one unit of
-    the budget) the HBM-resident KV *is* the budget, so the share moves by one token over the decode
-    slots' KV tokens per budget token. The value is the exact share; the derivative ignores the
-    quantisation to units and that a few HBM tokens may sit in slots that are not decoding."""
-    decode, chunk = shares
-    binding = kv.hbm_tokens.sum() + capacity.writeback_unit_tokens > capacity.hbm_budget_tokens
-    den = jnp.where(batch.decode_mask, kv_tokens, 0).sum()
-    budget_tokens = knobs.hbm_kv_budget_bytes / float(config.model.kv_bytes_per_token)
-    s = jnp.where(binding & (den > 0), budget_tokens / jnp.maximum(den, 1).astype(jnp.float32), 0.0)
-    return decode + (s - jax.lax.stop_gradient(s)), chunk
-
-
 def serve_pass(words: tuple, kv: kv_tiers.KvTiers, kv_tokens, batch: timing.Batch, draw, capacity: kv_tiers.Capacity,
                knobs: ServeKnobs, config: ServeConfig, table=None, experts=None) -> PassResult:
     """One GPU pass on the organisation (module docstring): read shares from the KV residency, layer
     times, the pass's KV placed and written back, and the writes' exposed stall (``experts``: the run's
     :func:`delivery_table`). Relaxed knobs (``relax_temperature_us``) add the budget's straight-through
-    derivative to the shares (:func:`budget_straight_through`)."""
+    derivative to the shares (:func:`kv_tiers.budget_straight_through`)."""
     shares = kv_tiers.read_shares(kv, kv_tokens, batch)
     if knobs.relax_temperature_us is not None:
-        shares = budget_straight_through(shares, kv, kv_tokens, batch, capacity, knobs, config)
+        shares = kv_tiers.budget_straight_through(shares, kv, kv_tokens, batch, capacity, knobs.hbm_kv_budget_bytes,
+                                                  float(config.model.kv_bytes_per_token))
     times = pass_times(words, batch, draw, knobs, config, shares, table, experts)
     new_kv, moves = kv_tiers.book(kv, kv_tokens, batch, knobs.org, capacity)
     writes = layer_time.kv_writes(times, moves.to_hbf_tokens, moves.writeback_tokens, knobs.org, config.model)

@@ -23,7 +23,7 @@ against the shared-array floor, then ``max(T_Direct, T_Relay)``) as ``soft_max``
 and pass in [0, 2 · t · log 2] µs, so the relaxed busy time exceeds the exact one by at most
 ``2 · t · log 2 · MoE layers · passes`` and the relaxed throughput is never above the exact one. The
 budget acts through whole tokens and page-wave units of the KV booking (exact derivative zero); the
-relaxed engine gives it a straight-through derivative (``system.budget_straight_through``: while
+relaxed engine gives it a straight-through derivative (``kv_tiers.budget_straight_through``: while
 writeback binds, the HBM-resident KV is the budget), temperature-free and unbiased in value, biased in
 slope by the unit quantisation. The rollout is a ``while_loop``: ``reverse_mode=False``.
 
