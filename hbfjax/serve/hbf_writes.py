@@ -60,6 +60,7 @@ import jax.numpy as jnp
 
 from hbfjax.flash.programs.writeback import MAX_US, kv_programs, window_drain
 from hbfjax.hardware import HbfSpec
+from hbfjax.relax import soft_relu, soft_step
 from hbfjax.serve.layer_time import LayerTimes
 from hbfjax.validate import INT32_MAX, require, require_int, require_real
 
@@ -160,7 +161,6 @@ def _relaxed_forced(buf, capacity_pages, stripe_pages, temperature):
     of ``soft_relu(over, t)`` (straight-through), at most ``floor(buf)``. As t → 0 both are exact; the
     bias is at most ``exp(−|over| / t)`` in the indicator and one stripe where ``over`` lies within
     ``t · log 2`` below a stripe boundary. The pages leaving the buffer are their product."""
-    from hbfjax.relax import soft_relu, soft_step  # the tuning layer's relaxations, used only when asked
 
     over = buf - capacity_pages
     ind = soft_step(over, temperature)

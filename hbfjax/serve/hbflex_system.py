@@ -49,6 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hbfjax import rng
+from hbfjax.relax import soft_min
 from hbfjax.salts import Salt
 from hbfjax.flash.reads import wave
 from hbfjax.memory import delivery, hbf_packages
@@ -287,7 +288,6 @@ def _capped(need, cap, temperature, unit):
     """min(need, cap), relaxed as ``soft_min`` at ``temperature`` in ``unit`` s (None: exact)."""
     if temperature is None:
         return jnp.minimum(need, cap)
-    from hbfjax.relax import soft_min  # the tuning layer's relaxation, used only when asked
     return soft_min(need / unit, cap / unit, temperature) * unit
 
 
