@@ -13,14 +13,14 @@ older code is never reused.
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
 import pandas as pd
+
+from hbfjax import provenance
 
 
 @dataclass(frozen=True)
@@ -43,14 +43,9 @@ class Comparison:
     note: str = ""  # the gap explained, or the setting that differs
 
 
-@functools.lru_cache(maxsize=1)
 def source_digest() -> str:
     """First 16 hex digits of a SHA-256 over every ``.py`` file of ``hbfjax/`` and ``experiments/``."""
-    root = Path(__file__).resolve().parent.parent
-    h = hashlib.sha256()
-    for path in sorted(p for d in ("hbfjax", "experiments") for p in (root / d).rglob("*.py")):
-        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()[:16]
+    return provenance.source_digest(("hbfjax", "experiments"))
 
 
 def cached_table(ctx: Context, name: str, params: dict, compute: Callable[[], pd.DataFrame]) -> pd.DataFrame:

@@ -227,6 +227,6 @@ def test_near_critical_backlog_is_refused_at_once_with_the_rule(capsys):
 def test_unexpected_exceptions_are_not_swallowed(monkeypatch):
     from hbfjax.commands import collide
 
-    monkeypatch.setattr(collide, "_run_read", lambda *a: (_ for _ in ()).throw(ValueError("a bug")))
+    monkeypatch.setattr(collide, "_read", lambda *a: (_ for _ in ()).throw(ValueError("a bug")))
     with pytest.raises(ValueError, match="a bug"):
         main(["collide", "--planes", "8", "--pages", "8", "--streams", "2"])

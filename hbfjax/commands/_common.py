@@ -89,11 +89,17 @@ def _jsonable(value, nonfinite_as_none: bool = True):
     return value
 
 
+def checked(result: dict) -> dict:
+    """``result`` as JSON-able values once it satisfies every output invariant
+    (``_invariants.check_result``; a ``ConfigError`` if not)."""
+    check_result(_jsonable(result, nonfinite_as_none=False))
+    return _jsonable(result)
+
+
 def emit(result: dict, as_json: bool) -> None:
     """Print ``result`` as one JSON object, or as aligned ``key  value`` lines, once it satisfies
-    every output invariant (``_invariants.check_result``; a ``ConfigError`` and nothing printed if not)."""
-    check_result(_jsonable(result, nonfinite_as_none=False))
-    result = _jsonable(result)
+    every output invariant (:func:`checked`; a ``ConfigError`` and nothing printed if not)."""
+    result = checked(result)
     if as_json:
         print(json.dumps(result, sort_keys=False))
         return

@@ -136,6 +136,11 @@ def context_pool(args) -> np.ndarray:
 
 
 def run(args) -> int:
+    emit(compute(args), args.json)
+    return 0
+
+
+def compute(args) -> dict:
     _check_options(args)
     planes, block, spec = _planes_and_block(args)
     group = planes if args.group_size is None else args.group_size
@@ -143,11 +148,11 @@ def run(args) -> int:
         collide.check_group_size(planes, group)
     page_bytes = spec.hbf.page_bytes
     if args.workload == "read":
-        return _run_read(args, planes, block, group, spec, page_bytes)
-    return _run_attention(args, planes, block, group, page_bytes)
+        return _read(args, planes, block, group, spec, page_bytes)
+    return _attention(args, planes, block, group, page_bytes)
 
 
-def _run_read(args, planes, block, group, spec, page_bytes) -> int:
+def _read(args, planes, block, group, spec, page_bytes) -> dict:
     per_logical = 1 if args.pages_per_logical is None else args.pages_per_logical
     config = collide.ReadConfig(planes=planes, max_pages=args.pages, placement=args.placement, page_bytes=page_bytes,
                                 t_read_us=spec.hbf.t_read_us, read_bw_gbps=spec.hbf.read_bw_gbps,
@@ -162,18 +167,17 @@ def _run_read(args, planes, block, group, spec, page_bytes) -> int:
     ideal = s["ideal_waves"] if config.offload else int(collide.ideal_waves(args.pages, planes))
     offload = {"sram_served_pages": s["offloaded_pages"],
                "ideal_waves_all_pages": int(collide.ideal_waves(args.pages, planes))} if config.offload else {}
-    emit({"workload": "read", "planes": planes, "pages": args.pages, "streams": args.streams, "seed": args.seed,
+    return {"workload": "read", "planes": planes, "pages": args.pages, "streams": args.streams, "seed": args.seed,
           "placement": args.placement, "group_size": group, "pages_per_logical": per_logical,
           "offload_fraction": args.offload_fraction,
           "mean_waves": s["waves"], "ci95_waves": s["ci95_waves"], "ideal_waves": ideal, **offload,
           "amplification": s["amplification"], "ci95_amplification": s["ci95_amplification"],
           "max_to_avg_load": s["max_to_avg_load"],
           "sram_bytes": s["offloaded_pages"] * page_bytes,
-          "read_time_us": s["read_time_us"], "ci95_read_time_us": s["ci95_read_time_us"]}, args.json)
-    return 0
+          "read_time_us": s["read_time_us"], "ci95_read_time_us": s["ci95_read_time_us"]}
 
 
-def _run_attention(args, planes, block, group, page_bytes) -> int:
+def _attention(args, planes, block, group, page_bytes) -> dict:
     replicas = 1 if args.replicas is None else args.replicas
     config = workingset.attention_config(
         planes, args.slots, args.model_kv_bytes_per_token, logical_page_tokens=args.logical_page_tokens,
@@ -191,7 +195,7 @@ def _run_attention(args, planes, block, group, page_bytes) -> int:
                            chunk_streams=args.chunk_streams, progress=not args.json))
     s = mean_ci_fields(out, ("waves", "ideal_waves", "amplification", "max_to_avg_load", "hot_plane_fraction",
                        "offload_max_to_avg_load", "sram_bytes", "pages"))
-    emit({"workload": "attention", "planes": planes, "pages": s["pages"], "streams": args.streams, "seed": args.seed,
+    return {"workload": "attention", "planes": planes, "pages": s["pages"], "streams": args.streams, "seed": args.seed,
           "placement": args.placement, "schedule": args.schedule, "group_size": group,
           "offload_fraction": args.offload_fraction, "slots": args.slots, "trace": args.trace,
           "pages_per_logical": config.max_pages_per_logical, "chunks_per_wave": config.chunks_per_wave,
@@ -201,5 +205,4 @@ def _run_attention(args, planes, block, group, page_bytes) -> int:
           "hot_plane_fraction": s["hot_plane_fraction"],
           "offload_max_to_avg_load": s["offload_max_to_avg_load"], "sram_bytes": s["sram_bytes"],
           "truncated_requests": int(np.sum(out["truncated_requests"])),
-          "requests_simulated": int(np.sum(out["arrivals"]))}, args.json)
-    return 0
+          "requests_simulated": int(np.sum(out["arrivals"]))}

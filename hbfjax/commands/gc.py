@@ -172,6 +172,12 @@ def _kv(args, streams):
 
 
 def main(args) -> int:
+    res = compute(args)
+    emit(res, args.json)
+    return 1 if res["overflow"] else 0
+
+
+def compute(args) -> dict:
     _check_options(args)
     # configuration errors (ConfigError) reach hbfjax.cli, which prints them and exits with status 2
     hbf = preset(args.preset).hbf
@@ -185,5 +191,4 @@ def main(args) -> int:
     res["lifetime_dash"] = endurance.dash_lifetime(hbf.capacity_bytes, hbf.pe_cycles, waf, daily / 86400.0)
     res["lifetime_hbflex"] = endurance.hbflex_budget(hbf.capacity_bytes, hbf.pe_cycles, 5.0, daily, waf)
     res["lifetime_years"] = res["lifetime_hbflex"]["lifetime_years"]
-    emit(res, args.json)
-    return 1 if res["overflow"] else 0
+    return res

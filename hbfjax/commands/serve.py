@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -17,7 +19,7 @@ from hbfjax.serve import hbflex_system, load, metrics, offload_system, system
 from hbfjax.serve.state import MODES, BatcherConfig, BatcherKnobs
 from hbfjax.reports import mean_ci_fields
 from hbfjax.validate import ConfigError, number
-from hbfjax.workload import gpus, models, profile_table, timing
+from hbfjax.workload import gpus, models, profile_table, routing, timing
 from hbfjax.workload import requests as rq
 
 HELP = """\
@@ -111,6 +113,9 @@ def register(subparsers) -> None:
     b.add_argument("--chunk-tokens", type=number(int, 1, 2**20), default=512, help="prefill chunk tokens (default 512)")
     b.add_argument("--token-budget", type=number(int, 1, 2**20), default=8192,
                    help="tokens per iteration (default 8,192)")
+    p.add_argument("--routing", choices=routing.KINDS, default="uniform",
+                   help="how tokens pick experts: uniform top-k (default; drawn from the exact law of distinct "
+                        "experts), zipf-skewed, or balanced rows (DASH §VI-E's analytical routing)")
     p.add_argument("--profile-table", default=None, metavar="CSV",
                    help="GPU operator times from a measured table (`hbfjax profile --out`) instead of the roofline")
     p.add_argument("--allow-roofline", action="store_true",
@@ -181,16 +186,59 @@ def _workload(args) -> tuple[rq.RequestsConfig, rq.RequestKnobs, rq.TraceInputs 
 def _config(args, model) -> tuple[system.ServeConfig, rq.RequestKnobs, rq.TraceInputs | None, int]:
     requests, knobs, inputs, slots, warmup = _workload(args)
     pass_tokens = system.pass_token_bound(slots, args.chunk_tokens, args.token_budget)
+    draw = "counts" if args.routing == "uniform" else "tokens"  # non-uniform routing draws every token's top-k
     serve = system.ServeConfig(model=model, batcher=BatcherConfig(slots=slots, mode=args.mode), requests=requests,
-                               max_pass_tokens=pass_tokens, allow_roofline=args.allow_roofline)
+                               max_pass_tokens=pass_tokens, allow_roofline=args.allow_roofline,
+                               routing_kind=args.routing, routing_draw=draw)
     return serve, knobs, inputs, warmup
 
 
-def _run_points(simulate, points, args, config, run_kw):
-    """One compilation for every point (a knob axis when there are several)."""
-    several = len(points) > 1
-    knobs = batch.stack_knobs(points) if several else points[0]
-    return batch.run(simulate, args.streams, args.seed, knobs, config, knob_axis=several, **run_kw)
+class Family(NamedTuple):
+    """Systems of one run that share one compilation: one ``simulate`` with its static ``config`` and
+    ``inputs``, one knob point per system (``names``), and ``report(outputs[S, ...], index)``, which
+    turns one point's outputs into its JSON (a ``ConfigError`` for a run that measured nothing
+    meaningful). ``hbfjax sweep`` stacks the points of families with equal :func:`family_key` from many
+    grid points on one knob axis."""
+    simulate: Callable
+    config: Any
+    inputs: Any
+    names: tuple
+    points: tuple
+    report: Callable[[Any, int], dict]
+
+
+def family_key(family: Family) -> tuple:
+    """What two families must share for their points to run in one compiled call: the function, the
+    static config, the knobs' tree structure and leaf shapes, and the inputs' values (a digest)."""
+    leaves, tree = jax.tree_util.tree_flatten(family.points[0])
+    shapes = tuple((np.shape(x), np.asarray(x).dtype.str) for x in leaves)
+    return family.simulate, family.config, tree, shapes, pytree_digest(family.inputs)
+
+
+def pytree_digest(tree) -> str:
+    """sha256 of a pytree's structure and array values (``None``: no inputs)."""
+    h = hashlib.sha256()
+    leaves, structure = jax.tree_util.tree_flatten(tree)
+    h.update(str(structure).encode())
+    for leaf in leaves:
+        a = np.ascontiguousarray(np.asarray(leaf))
+        h.update(f"{a.shape}{a.dtype.str}".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def point_outputs(out, k: int, several: bool):
+    """Knob point ``k``'s outputs from a run with (``several``) or without a knob axis."""
+    return jax.tree_util.tree_map(lambda a: a[:, k], out) if several else out
+
+
+def run_family(family: Family, args) -> dict:
+    """Every point of ``family`` in one compilation (a knob axis when there are several); JSON by name."""
+    several = len(family.points) > 1
+    knobs = batch.stack_knobs(list(family.points)) if several else family.points[0]
+    out = batch.run(family.simulate, args.streams, args.seed, knobs, family.config, knob_axis=several,
+                    inputs=family.inputs, chunk_streams=args.chunk_streams, progress=args.chunk_streams is not None)
+    return {name: family.report(point_outputs(out, k, several), k) for k, name in enumerate(family.names)}
 
 
 def _report(o, org, warmup: int, online: bool, slo) -> dict:
@@ -215,93 +263,134 @@ def _hbflex_packages(names, args) -> list[hbf_packages.Package]:
     return [p._replace(policy=hbf_packages.disable(p.policy, off)) if off else p for p in packages]
 
 
-def _run_hbflex(names, args, config, gpu, batcher, request_knobs, run_kw, warmup, online, slo) -> dict:
-    """The HBFlex organisations as one compilation; their JSON by name."""
+def _dash_family(names, args, config, gpu, batcher, request_knobs, inputs, warmup, online, slo) -> Family:
+    """The DASH organisations (DASH §IV–§VI) as one family."""
+    budget = None if args.hbm_kv_budget_gb is None else args.hbm_kv_budget_gb * 1e9
+    org_knobs = [_org(n, args) for n in names]
+    table = None if args.profile_table is None else profile_table.ProfileTable.read(args.profile_table).curves()
+    points = [system.ServeKnobs.make(o, gpu, batcher, request_knobs, hbm_kv_budget_bytes=budget) for o in org_knobs]
+
+    def report(o, k):
+        if np.any(np.asarray(o.totals.table_miss_passes) > 0):
+            raise ConfigError(f"--profile-table {args.profile_table}: some operator shapes of this run lie outside the "
+                              "measured table; profile them (hbfjax profile --model ...) or pass --allow-roofline")
+        return _report(o, org_knobs[k], warmup, online, slo)
+
+    return Family(system.simulate, config, system.ServeInputs(inputs, table), tuple(names), tuple(points), report)
+
+
+def _hbflex_family(names, args, config, gpu, batcher, request_knobs, inputs, warmup, online, slo) -> Family:
+    """The HBFlex organisations (HBFlex §6.1) as one family, with HBFlex's 1-byte KV elements."""
+    if args.profile_table is not None:
+        raise ConfigError("--profile-table: applies to the DASH organisations only, not to " + " ".join(names))
     model = config.model.with_kv_precision(models.HBFLEX_KV_BYTES_PER_ELEMENT)
     hconfig = hbflex_system.HbflexConfig(serve=dataclasses.replace(config, model=model))
     packages = _hbflex_packages(names, args)
-    points = [hbflex_system.HbflexKnobs.make(p, gpu, batcher, request_knobs,
-                                             kv_room_bytes=None if args.kv_room_gb is None else args.kv_room_gb * 1e9)
-              for p in packages]
-    out = _run_points(hbflex_system.simulate, points, args, hconfig, run_kw)
-    result = {}
-    for k, name in enumerate(names):
-        o = jax.tree_util.tree_map(lambda a, k=k: a[:, k], out) if len(points) > 1 else out
+    room = None if args.kv_room_gb is None else args.kv_room_gb * 1e9
+    points = [hbflex_system.HbflexKnobs.make(p, gpu, batcher, request_knobs, kv_room_bytes=room) for p in packages]
+
+    def report(o, k):
         extra = hbflex_system.report(o)
-        result[name] = {**_report(o.serve, packages[k].org, warmup, online, slo), **mean_ci_fields(extra, tuple(extra))}
-    return result
+        return {**_report(o.serve, packages[k].org, warmup, online, slo), **mean_ci_fields(extra, tuple(extra))}
+
+    return Family(hbflex_system.simulate, hconfig, inputs, tuple(names), tuple(points), report)
 
 
-def run(args) -> int:
-    model = models.preset(args.model)
-    config, request_knobs, inputs, warmup = _config(args, model)
+def _cpu_family(names, args, config, model, batcher, request_knobs, inputs, warmup, online, slo) -> Family:
+    """The CPU-offloading baselines (DASH §VI-C) as one family."""
+    if not model.is_moe:
+        raise ConfigError(f"--system {' '.join(names)}: the CPU-offloading systems serve MoE models "
+                          f"({args.model} is dense)")
+    if args.profile_table is not None:
+        raise ConfigError("--profile-table: applies to the HBF organisations only, not to --system " + " ".join(names))
+    kv_tokens = config.batcher.slots * (args.prompt + args.output)
+    if inputs is not None:  # a trace: the slots × its longest request
+        kv_tokens = config.batcher.slots * int(np.max(np.asarray(inputs.prompt_tokens) + np.asarray(inputs.output_tokens)))
+    points = [offload_system.OffloadServeKnobs.make(model, args.gpu, args.cores, n, kv_tokens=kv_tokens,
+                                                    batcher=batcher, requests=request_knobs) for n in names]
+    return Family(offload_system.simulate, config, inputs, tuple(names), tuple(points),
+                  lambda o, k: _report(o, None, warmup, online, slo))
+
+
+def _check_options(args, model) -> None:
     hbflex_names = [n for n in args.system if n in HBFLEX_SYSTEMS]
-    if args.gpu is None:
-        args.gpu = "h200" if len(hbflex_names) == len(args.system) else "h100-pcie"
     if (args.disable or args.kv_room_gb is not None) and not hbflex_names:
         raise ConfigError("--disable/--kv-room-gb: apply to the HBFlex organisations " + ", ".join(HBFLEX_SYSTEMS))
     if args.concurrency is not None and args.trace is None:
         raise ConfigError("--concurrency: needs --trace (it resamples the trace's sessions)")
-    gpu = timing.GpuKnobs.make(args.gpu)
-    batcher = BatcherKnobs.make(chunk_tokens=args.chunk_tokens, token_budget=args.token_budget)
     if args.allow_roofline and args.profile_table is None:
         raise ConfigError("--allow-roofline: applies only with --profile-table")
     if len(set(args.system)) < len(args.system):
         raise ConfigError(f"--system {' '.join(args.system)}: each system once")
-    cpu_names = [n for n in args.system if n in CPU_SYSTEMS]
-    if cpu_names and not model.is_moe:
-        raise ConfigError(f"--system {' '.join(cpu_names)}: the CPU-offloading systems serve MoE models "
-                          f"({args.model} is dense)")
-    if cpu_names and args.profile_table is not None:
-        raise ConfigError("--profile-table: applies to the HBF organisations only, not to --system " + " ".join(cpu_names))
+    if args.routing != "uniform" and not model.is_moe:
+        raise ConfigError(f"--routing {args.routing}: {args.model} is dense (no router)")
+
+
+def plan(args) -> tuple[dict, list[Family]]:
+    """Everything of a run but the simulation: its JSON header and its families (DASH organisations,
+    HBFlex organisations, CPU baselines; each one compilation). ``--load`` runs its reference here."""
+    model = models.preset(args.model)
+    _check_options(args, model)
+    config, request_knobs, inputs, warmup = _config(args, model)
+    hbflex_names = [n for n in args.system if n in HBFLEX_SYSTEMS]
+    if args.gpu is None:
+        args.gpu = "h200" if len(hbflex_names) == len(args.system) else "h100-pcie"
+    gpu = timing.GpuKnobs.make(args.gpu)
+    batcher = BatcherKnobs.make(chunk_tokens=args.chunk_tokens, token_budget=args.token_budget)
     slo = None if args.slo_ttft_s is None and args.slo_tpot_ms is None else metrics.Slo(args.slo_ttft_s, args.slo_tpot_ms)
     online = config.requests.arrivals != "batch"
-    load_header = {}
+    header = {"model": args.model, "gpu": args.gpu, "streams": args.streams, "seed": args.seed,
+              "lookahead_effective": bool(args.lookahead and model.lookahead_capable)}
     if args.load is not None:
         ref = system.ServeKnobs.make(_org(args.load_reference, args), gpu, batcher, request_knobs)
-        mean, ci = load.backlogged_rate_per_s(ref, config, args.streams, args.seed, warmup, args.requests - warmup)
+        mean, ci = _backlogged_rate(ref, config, args.streams, args.seed, warmup, args.requests - warmup)
         rate = load.rate_for_load(args.load, mean)
         request_knobs = dataclasses.replace(request_knobs, rate_per_s=jnp.float32(rate))
-        load_header = {"load": args.load, "load_reference": args.load_reference,
+        header.update({"load": args.load, "load_reference": args.load_reference,
                        "reference_backlogged_requests_per_s": mean, "ci95_reference_backlogged_requests_per_s": ci,
-                       "offered_rate_per_s": rate}
-    by_name = {}
-    org_names = [n for n in args.system if n not in CPU_SYSTEMS and n not in HBFLEX_SYSTEMS]
-    run_kw = dict(inputs=inputs, chunk_streams=args.chunk_streams, progress=args.chunk_streams is not None)
-    if org_names:
-        budget = None if args.hbm_kv_budget_gb is None else args.hbm_kv_budget_gb * 1e9
-        org_knobs = [_org(n, args) for n in org_names]
-        table = None if args.profile_table is None else profile_table.ProfileTable.read(args.profile_table).curves()
-        points = [system.ServeKnobs.make(o, gpu, batcher, request_knobs, hbm_kv_budget_bytes=budget) for o in org_knobs]
-        out = _run_points(system.simulate, points, args, config, dict(run_kw, inputs=system.ServeInputs(inputs, table)))
-        if np.any(np.asarray(out.totals.table_miss_passes) > 0):
-            raise ConfigError(f"--profile-table {args.profile_table}: some operator shapes of this run lie outside the "
-                              "measured table; profile them (hbfjax profile --model ...) or pass --allow-roofline")
-        for k, name in enumerate(org_names):
-            o = jax.tree_util.tree_map(lambda a, k=k: a[:, k], out) if len(points) > 1 else out
-            by_name[name] = _report(o, org_knobs[k], warmup, online, slo)
-    if hbflex_names:
-        if args.profile_table is not None:
-            raise ConfigError("--profile-table: applies to the DASH organisations only, not to " + " ".join(hbflex_names))
-        by_name.update(_run_hbflex(hbflex_names, args, config, gpu, batcher, request_knobs, run_kw, warmup, online,
-                                   slo))
-    if cpu_names:
-        kv_tokens = config.batcher.slots * (args.prompt + args.output) if inputs is None else None
-        if inputs is not None:  # a trace: the slots × its longest request
-            kv_tokens = config.batcher.slots * int(np.max(np.asarray(inputs.prompt_tokens) + np.asarray(inputs.output_tokens)))
-        points = [offload_system.OffloadServeKnobs.make(model, args.gpu, args.cores, n, kv_tokens=kv_tokens,
-                                                        batcher=batcher, requests=request_knobs) for n in cpu_names]
-        out = _run_points(offload_system.simulate, points, args, config, run_kw)
-        for k, name in enumerate(cpu_names):
-            o = jax.tree_util.tree_map(lambda a, k=k: a[:, k], out) if len(points) > 1 else out
-            by_name[name] = _report(o, None, warmup, online, slo)
-    results = [{"system": name, **by_name[name]} for name in args.system]
-    header = {"model": args.model, "gpu": args.gpu, "streams": args.streams, "seed": args.seed,
-              "lookahead_effective": bool(args.lookahead and model.lookahead_capable), **load_header}
+                       "offered_rate_per_s": rate})
     if not model.lookahead_capable and args.lookahead:
         header["note"] = f"{args.model}'s router has an expert-specific bias: lookahead is off (DASH §V-C)"
+    common = (batcher, request_knobs, inputs, warmup, online, slo)
+    org_names = [n for n in args.system if n not in CPU_SYSTEMS and n not in HBFLEX_SYSTEMS]
+    cpu_names = [n for n in args.system if n in CPU_SYSTEMS]
+    families = []
+    if org_names:
+        families.append(_dash_family(org_names, args, config, gpu, *common))
+    if hbflex_names:
+        families.append(_hbflex_family(hbflex_names, args, config, gpu, *common))
+    if cpu_names:
+        families.append(_cpu_family(cpu_names, args, config, model, *common))
+    return header, families
+
+
+_BACKLOGGED: dict = {}
+
+
+def _backlogged_rate(ref, config, streams: int, seed: int, warmup: int, measured: int) -> tuple[float, float]:
+    """``load.backlogged_rate_per_s``, remembered for the process (a sweep over loads asks it once)."""
+    key = (pytree_digest(ref), config, streams, seed, warmup, measured)
+    if key not in _BACKLOGGED:
+        _BACKLOGGED[key] = load.backlogged_rate_per_s(ref, config, streams, seed, warmup, measured)
+    return _BACKLOGGED[key]
+
+
+def assemble(header: dict, by_name: dict, systems) -> dict:
+    """The run's JSON: the header and one system's metrics, or the header and a list by system."""
+    results = [{"system": name, **by_name[name]} for name in systems]
     if len(results) == 1:
-        emit({**header, **results[0]}, args.json)
-    else:
-        emit({**header, "systems": results}, args.json)
+        return {**header, **results[0]}
+    return {**header, "systems": results}
+
+
+def compute(args) -> dict:
+    header, families = plan(args)
+    by_name = {}
+    for family in families:
+        by_name.update(run_family(family, args))
+    return assemble(header, by_name, args.system)
+
+
+def run(args) -> int:
+    emit(compute(args), args.json)
     return 0

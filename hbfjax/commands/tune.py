@@ -61,6 +61,11 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    emit(compute(args), args.json)
+    return 0
+
+
+def compute(args) -> dict:
     settings = {"lam": args.lam}
     if args.streams is not None:
         settings["streams"] = args.streams
@@ -71,5 +76,4 @@ def run(args) -> int:
                   samples=args.samples, sigma=args.sigma).as_dict()
     if not (args.json or args.trajectory):
         result.pop("trajectory")
-    emit(result, args.json)
-    return 0
+    return result

@@ -95,7 +95,7 @@ def _warmup(args, iterations: int, default: int) -> int:
     return warm
 
 
-def run_synthetic(args) -> int:
+def _synthetic(args) -> dict:
     require_applies(args, "--synthetic", {dest: False for dest in TIMELINE_OPTIONS})
     if args.pages_per_iter is None or args.window_pages is None:
         raise ConfigError("--synthetic needs --pages-per-iter and --window-pages")
@@ -121,8 +121,7 @@ def run_synthetic(args) -> int:
         result["exact_p_backlog_positive"] = exact["p_backlog_positive"]
     else:
         result["exact_mean_backlog_pages"] = None  # λ ≥ w: the backlog grows without bound
-    emit(result, args.json)
-    return 0
+    return result
 
 
 def _knobs(args):
@@ -190,8 +189,13 @@ def _override_timeline(args, knobs, slots):
 
 
 def run(args) -> int:
+    emit(compute(args), args.json)
+    return 0
+
+
+def compute(args) -> dict:
     if args.synthetic:
-        return run_synthetic(args)
+        return _synthetic(args)
     require_applies(args, "a timeline run (no --synthetic)", {"pages_per_iter": False, "window_pages": False})
     args.preset = "hbflex" if args.preset is None else args.preset
     if args.policy is None:
@@ -226,5 +230,4 @@ def run(args) -> int:
         "stall_us_total": float(np.mean(out["stall_us_total"])),
         "program_busy_us_total": float(np.mean(out["program_busy_us_total"])),
     }
-    emit(result, args.json)
-    return 0
+    return result
