@@ -22,7 +22,9 @@ uses all of that host's devices) and let only process 0 write the output file.
 
 Values travel as JSON text through JAX's public array collectives
 (``jax.experimental.multihost_utils``; gloo on CPU): the byte lengths first, then the bytes padded
-to a power of two, so rounds of different sizes reuse a handful of compilations.
+to a power of two, so rounds of different sizes reuse a handful of compilations. The lengths'
+collective always has the same shape, so processes that arrive at different times (uneven work)
+wait in one that :func:`connect` already set up.
 """
 
 from __future__ import annotations
@@ -141,7 +143,12 @@ def _initialize(coordinator: str, count: int | None, process_id: int | None) -> 
                               "--coordinator HOST:PORT, --num-processes N and --process-id I") from None
     else:
         jax.distributed.initialize(coordinator, count, process_id, cluster_detection_method="deactivate")
-    return Cluster(jax.process_index(), jax.process_count(), coordinator)
+    joined = Cluster(jax.process_index(), jax.process_count(), coordinator)  # starts the backend: a rendezvous
+    # Gloo connects the processes at their first collective and gives up if they arrive more than 30 s
+    # apart (measured, JAX 0.10.2); connect them now, while they are in step, not after uneven work.
+    broadcast(joined, None)
+    gather(joined, None)
+    return joined
 
 
 def share(cluster: Cluster, n_items: int) -> list[int]:
@@ -227,8 +234,6 @@ def close(cluster: Cluster) -> None:
     if cluster.process_count == 1:
         return
     import jax
-    from jax.experimental import multihost_utils
 
-    with _stdout_to_stderr():
-        multihost_utils.sync_global_devices("hbfjax.cluster.close")
+    gather(cluster, None)  # the barrier: collectives connect() compiled and connected already
     jax.distributed.shutdown()
