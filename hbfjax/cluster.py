@@ -129,17 +129,17 @@ def connect(args) -> Cluster:
                 f"must be in [0, {count - 1}] ({count_label} = {count})")
     if count == 1:  # nothing to coordinate: the coordinator is not contacted
         return Cluster(0, 1, None)
-    return _initialize(coordinator, count, process_id)
+    return _initialize(coord_label, coordinator, count, process_id)
 
 
-def _initialize(coordinator: str, count: int | None, process_id: int | None) -> Cluster:
+def _initialize(label: str, coordinator: str, count: int | None, process_id: int | None) -> Cluster:
     import jax
 
     if coordinator == AUTO:
         try:
             jax.distributed.initialize(num_processes=count, process_id=process_id)
         except ValueError as err:  # jax.distributed found no SLURM / Open MPI job to read settings from
-            raise ConfigError(f"--coordinator = 'auto': {err} No SLURM or Open MPI job detected; give "
+            raise ConfigError(f"{label} = 'auto': {err} No SLURM or Open MPI job detected; give "
                               "--coordinator HOST:PORT, --num-processes N and --process-id I") from None
     else:
         jax.distributed.initialize(coordinator, count, process_id, cluster_detection_method="deactivate")

@@ -27,9 +27,8 @@ LAUNCHER_ENV = ("JAX_", "SLURM_", "OMPI_", "PMIX_", "PMI_", "KUBERNETES_")
 
 @pytest.fixture
 def clean_env(monkeypatch):
-    for name in list(os.environ):
-        if name.startswith(LAUNCHER_ENV):
-            monkeypatch.delenv(name)
+    for name in cluster.ENV.values():
+        monkeypatch.delenv(name, raising=False)
     return monkeypatch
 
 
