@@ -7,7 +7,7 @@ scalar, ``seed`` a uint32 scalar, ``knobs`` a pytree of arrays (what a user swee
 shared by every stream and knob point, never swept) and ``config`` a hashable static dataclass.
 Outputs are a typed NamedTuple. This module vmaps it once at the top:
 
-* over streams (the leading axis of every output, sharded over all visible devices), and
+* over streams (the leading axis of every output, sharded over all of this process's devices), and
 * optionally over knob points (a leading axis on every knob leaf; the second axis of the outputs),
   with common random numbers: a stream's draws depend only on (seed, stream_id, ...), never on the
   knob point, so knob points are compared on identical randomness.
@@ -65,14 +65,15 @@ def compiled(fn: StreamFn, knob_axis: bool = False, map_streams: int | None = No
 
 
 def stream_mesh() -> Mesh:
-    """A 1-D mesh named ``streams`` over every visible device."""
-    return Mesh(np.array(jax.devices()), ("streams",))
+    """A 1-D mesh named ``streams`` over this process's devices (in a ``jax.distributed`` job each process
+    simulates its own work on its own devices: ``hbfjax.cluster``)."""
+    return Mesh(np.array(jax.local_devices()), ("streams",))
 
 
 def stream_ids(first: int, count: int, multiple: int = 1) -> jax.Array:
-    """int32 stream ids ``first … first+count−1``, padded to a multiple of the device count (and of
-    ``multiple``) and sharded over the devices."""
-    n_dev = jax.device_count()
+    """int32 stream ids ``first … first+count−1``, padded to a multiple of this process's device count
+    (and of ``multiple``) and sharded over those devices."""
+    n_dev = jax.local_device_count()
     step = n_dev * multiple // math.gcd(n_dev, multiple)
     padded = -(-count // step) * step
     ids = np.arange(first, first + padded, dtype=np.int32)

@@ -35,7 +35,7 @@ import numpy as np
 from hbfjax.validate import INT32_MAX, ConfigError
 
 US_PER_S = 1_000_000
-_US = jnp.float32(US_PER_S)
+_US = np.float32(US_PER_S)  # a NumPy scalar: importing hbfjax must not start a JAX backend (jax.distributed comes first)
 
 
 class Clock(NamedTuple):

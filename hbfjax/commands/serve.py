@@ -195,16 +195,18 @@ def _config(args, model) -> tuple[system.ServeConfig, rq.RequestKnobs, rq.TraceI
 
 class Family(NamedTuple):
     """Systems of one run that share one compilation: one ``simulate`` with its static ``config`` and
-    ``inputs``, one knob point per system (``names``), and ``report(outputs[S, ...], index)``, which
+    ``inputs``, one knob point per system (``names``), ``report(outputs[S, ...], index)``, which
     turns one point's outputs into its JSON (a ``ConfigError`` for a run that measured nothing
-    meaningful). ``hbfjax sweep`` stacks the points of families with equal :func:`family_key` from many
-    grid points on one knob axis."""
+    meaningful), and ``per_stream(outputs[S, ...])``, its request metrics stream by stream
+    (``{key: float64[S]}``). ``hbfjax sweep`` stacks the points of families with equal
+    :func:`family_key` from many grid points on one knob axis."""
     simulate: Callable
     config: Any
     inputs: Any
     names: tuple
     points: tuple
     report: Callable[[Any, int], dict]
+    per_stream: Callable[[Any], dict]
 
 
 def family_key(family: Family) -> tuple:
@@ -263,6 +265,13 @@ def _hbflex_packages(names, args) -> list[hbf_packages.Package]:
     return [p._replace(policy=hbf_packages.disable(p.policy, off)) if off else p for p in packages]
 
 
+def _per_stream(o, warmup: int, slo) -> dict:
+    """A serving run's request metrics per stream (``metrics.per_stream``), its iterations and overflow flags."""
+    t = metrics.times(o.arrival, o.first_token, o.finish, o.tokens_out, o.valid)
+    return {**metrics.per_stream(t, metrics.window(t.arrival_s.shape[1], warmup, None), slo),
+            "iterations": np.asarray(o.iterations, np.float64), "overflow": np.asarray(o.overflow)}
+
+
 def _dash_family(names, args, config, gpu, batcher, request_knobs, inputs, warmup, online, slo) -> Family:
     """The DASH organisations (DASH §IV–§VI) as one family."""
     budget = None if args.hbm_kv_budget_gb is None else args.hbm_kv_budget_gb * 1e9
@@ -276,7 +285,8 @@ def _dash_family(names, args, config, gpu, batcher, request_knobs, inputs, warmu
                               "measured table; profile them (hbfjax profile --model ...) or pass --allow-roofline")
         return _report(o, org_knobs[k], warmup, online, slo)
 
-    return Family(system.simulate, config, system.ServeInputs(inputs, table), tuple(names), tuple(points), report)
+    return Family(system.simulate, config, system.ServeInputs(inputs, table), tuple(names), tuple(points), report,
+                  lambda o: _per_stream(o, warmup, slo))
 
 
 def _hbflex_family(names, args, config, gpu, batcher, request_knobs, inputs, warmup, online, slo) -> Family:
@@ -293,7 +303,8 @@ def _hbflex_family(names, args, config, gpu, batcher, request_knobs, inputs, war
         extra = hbflex_system.report(o)
         return {**_report(o.serve, packages[k].org, warmup, online, slo), **mean_ci_fields(extra, tuple(extra))}
 
-    return Family(hbflex_system.simulate, hconfig, inputs, tuple(names), tuple(points), report)
+    return Family(hbflex_system.simulate, hconfig, inputs, tuple(names), tuple(points), report,
+                  lambda o: _per_stream(o.serve, warmup, slo))
 
 
 def _cpu_family(names, args, config, model, batcher, request_knobs, inputs, warmup, online, slo) -> Family:
@@ -309,7 +320,7 @@ def _cpu_family(names, args, config, model, batcher, request_knobs, inputs, warm
     points = [offload_system.OffloadServeKnobs.make(model, args.gpu, args.cores, n, kv_tokens=kv_tokens,
                                                     batcher=batcher, requests=request_knobs) for n in names]
     return Family(offload_system.simulate, config, inputs, tuple(names), tuple(points),
-                  lambda o, k: _report(o, None, warmup, online, slo))
+                  lambda o, k: _report(o, None, warmup, online, slo), lambda o: _per_stream(o, warmup, slo))
 
 
 def _check_options(args, model) -> None:
