@@ -92,6 +92,18 @@ def test_bad_sweep_options_are_refused(tmp_path, capsys):
     assert "drop --load" in capsys.readouterr().err
 
 
+def test_a_toml_grid_is_the_same_sweep_as_its_command_line(tmp_path, capsys):
+    grid = tmp_path / "grid.toml"
+    grid.write_text('command = "collide"\n[fixed]\nplanes = 8\nstreams = 16\n[vary]\npages = [8, 32]\n')
+    assert main(["sweep", "collide", "--grid", str(grid), "--out", str(tmp_path / "a.csv"), "--quiet", "--json"]) == 0
+    from_file = _summary(capsys)
+    assert main(["sweep", *COLLIDE, "--vary", "pages=8,32", "--out", str(tmp_path / "b.csv"), "--quiet", "--json"]) == 0
+    assert _summary(capsys)["sweep_id"] == from_file["sweep_id"]
+    _same(_table(tmp_path / "a.csv").drop(columns=["command"]), _table(tmp_path / "b.csv").drop(columns=["command"]))
+    assert main(["sweep", "serve", "--help"]) == 0
+    assert "Options of hbfjax serve" in capsys.readouterr().out
+
+
 def _child_env(**extra) -> dict:
     return {**os.environ, "PYTHONPATH": str(ROOT), **extra}
 

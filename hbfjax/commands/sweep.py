@@ -139,6 +139,11 @@ def _axes(own, parser, command: str) -> tuple[tuple[str, ...], list[grid.Axis]]:
 
 def run(args) -> int:
     own, rest = _split(args)
+    if "-h" in rest or "--help" in rest:  # hbfjax sweep TARGET --help: the sweep's options, then the target's
+        target_parser("sweep").print_help()
+        print(f"\nOptions of hbfjax {args.target} (fixed, or varied with --vary):\n")
+        target_parser(args.target).print_help()
+        return 0
     if own.out is None:
         raise ConfigError("--out: give the CSV table to write (or to resume)")
     command = args.target
