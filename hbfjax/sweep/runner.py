@@ -182,9 +182,10 @@ def _chunk_item(command, module, chunk: list[_Planned], size: int, row_kind: str
             except Exception as err:  # noqa: BLE001
                 _report_bug(err)
                 result, error = None, _error_text(err)
-            rows.append(point_row(command, p.point, p.args, result, error, wall, size, row_kind))
-            if per_stream and error is None:
+            row = point_row(command, p.point, p.args, result, error, wall, size, row_kind)
+            if per_stream and row["status"] == "ok":  # before the point's row: a point on disk has its streams
                 rows += stream_rows(p.point, p.family.per_stream(o))
+            rows.append(row)
         return rows
     return Item(sum(p.point.key not in done for p in chunk), run)
 
@@ -236,7 +237,9 @@ class Progress:
         self.t0 = self.shown = time.perf_counter()
 
     def update(self, rows: list[dict], every_s: float = 1.0) -> None:
-        """Count ``rows``; print at most once per ``every_s`` seconds, and at the end."""
+        """Count ``rows`` (a point's stream rows are not points); print at most once per ``every_s``
+        seconds, and at the end."""
+        rows = [r for r in rows if r["row_kind"] != "stream"]
         self.done += len(rows)
         self.failed += sum(r["status"] == "failed" for r in rows)
         now = time.perf_counter()

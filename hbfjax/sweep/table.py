@@ -93,10 +93,11 @@ class ResultTable:
         return {key for kind, key in self.rows if kind == row_kind}
 
     def append(self, rows: list[dict]) -> None:
-        """Write ``rows`` (dicts of columns; ``row_kind`` and ``key`` set) and flush them to disk."""
+        """Write ``rows`` (dicts of columns; ``row_kind`` and ``key`` set) and flush them to disk; a row
+        whose kind and key the table holds already is not written again."""
+        rows = [{"sweep_id": self.sweep_id, **r} for r in rows if (r["row_kind"], r["key"]) not in self.rows]
         if not rows:
             return
-        rows = [{"sweep_id": self.sweep_id, **r} for r in rows]
         new = [c for r in rows for c in r if c not in self.columns]
         if new:
             columns = list(FIRST_COLUMNS) if not self.columns else list(self.columns)
