@@ -1,10 +1,10 @@
 """Every figure module end to end at the tiny size (``python -m experiments --tiny``), so a figure that would
 crash fails ``make test``: on the real traces where they are found, else on small files of each schema
 written here under the real trace names. One child process per group of figures (:data:`GROUPS`, about
-equal time, so pytest-xdist can balance them); a group keeps the figures whose tiny runs share an engine
-shape (one compilation, ``experiments/__main__`` keeps compiled executables at the tiny size). Budget:
-about a minute per group on a 2-core CPU (XLA's backend optimisation is turned off in the child process:
-compiling dominates at this size)."""
+equal time, a test class each, so that pytest-xdist schedules them apart); a group keeps the figures whose
+tiny runs share an engine shape (one compilation: ``experiments/__main__`` keeps compiled executables at
+the tiny size). Budget: about a minute per group on a 2-core CPU (XLA's backend optimisation is turned
+off in the child process: compiling dominates at this size)."""
 
 import json
 import os
@@ -14,7 +14,6 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from experiments.__main__ import figure_modules, main
 from hbfjax import traces
@@ -81,13 +80,7 @@ def test_small_traces_load_in_their_schemas(tmp_path):
     assert moon.prefix_tokens.max() > 0
 
 
-def test_the_groups_hold_every_figure_exactly_once():
-    listed = [name for group in GROUPS.values() for name in group]
-    assert sorted(listed) == sorted(figure_modules()) and len(set(listed)) == len(listed)
-
-
-@pytest.mark.parametrize("group", list(GROUPS))
-def test_every_figure_runs_end_to_end_at_the_tiny_size(tmp_path, group):
+def _run_group(group: str, tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
            "XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip(),
            "MPLBACKEND": "Agg"}
@@ -105,6 +98,34 @@ def test_every_figure_runs_end_to_end_at_the_tiny_size(tmp_path, group):
             assert (out / f"{name}{suffix}").stat().st_size > 0, f"{name}{suffix}"
         assert json.loads((out / f"{name}.params.json").read_text())["tiny"] is True
         assert f"## {modules[name].TITLE}" in readme
+
+
+class _FigureGroup:
+    """One child process per group: a class each, so that pytest-xdist (``--dist loadscope``, pyproject.toml)
+    schedules the groups as units of their own."""
+
+    group = ""
+
+    def test_every_figure_runs_end_to_end_at_the_tiny_size(self, tmp_path):
+        _run_group(self.group, tmp_path)
+
+
+class TestDashFigures(_FigureGroup):
+    group = "dash"
+
+
+class TestHbflexFigures(_FigureGroup):
+    group = "hbflex"
+
+
+class TestTuningFigures(_FigureGroup):
+    group = "tune"
+
+
+def test_the_groups_hold_every_figure_exactly_once():
+    listed = [name for group in GROUPS.values() for name in group]
+    assert sorted(listed) == sorted(figure_modules()) and len(set(listed)) == len(listed)
+    assert sorted(c.group for c in _FigureGroup.__subclasses__()) == sorted(GROUPS)
 
 
 def test_a_figure_without_its_trace_is_skipped_with_one_line(tmp_path, monkeypatch, capsys):
