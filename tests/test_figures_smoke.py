@@ -3,8 +3,8 @@ crash fails ``make test``: on the real traces where they are found, else on smal
 written here under the real trace names. One child process per group of figures (:data:`GROUPS`, about
 equal time, a test class each, so that pytest-xdist schedules them apart); a group keeps the figures whose
 tiny runs share an engine shape (one compilation: ``experiments/__main__`` keeps compiled executables at
-the tiny size). Budget: about a minute per group on a 2-core CPU (XLA's backend optimisation is turned
-off in the child process: compiling dominates at this size)."""
+the tiny size). Budget: about a minute per group on a 2-core CPU (compiling dominates at this size: see
+:data:`CHILD_XLA_FLAGS`)."""
 
 import json
 import os
@@ -23,6 +23,11 @@ NAMES = ("azure_llm_2023_code.csv", "mooncake_conversation.jsonl", "swebench_min
 # Figures per child process (seconds at the tiny size in brackets, one process, 2-core CPU). Figures that
 # share a tiny engine shape stay together: the DASH serving figures 9(a), 9(b) and 11 (_dash_serve.TINY_*),
 # Table III and the lifetime (one backlogged shape), Fig. 15, 16 and Table 2 (bootstrap replay).
+# The child compiles far more than it runs: LLVM's backend optimisation off (as tests/conftest.py), and XLA:CPU's
+# elemental emitters instead of its fusion emitters, which compile the tiny figures' programs about twice as
+# fast and run them slower (measured per group alone: tuning 73 -> 59 s, DASH 53 -> 47 s, HBFlex 63 -> 63 s;
+# not in the test processes, where long rollouts run: there it was no faster overall)
+CHILD_XLA_FLAGS = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
 GROUPS = {
     "dash": ("dash10_offload", "dash11_lookahead", "dash12_sensitivity", "dash12_write_latency",
              "dash9a_throughput", "dash9b_workloads", "dash_cost", "dash_lifetime", "dash_table3_p90"),
@@ -82,8 +87,7 @@ def test_small_traces_load_in_their_schemas(tmp_path):
 
 def _run_group(group: str, tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-           "XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip(),
-           "MPLBACKEND": "Agg"}
+           "XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") + " " + CHILD_XLA_FLAGS).strip(), "MPLBACKEND": "Agg"}
     if not _real_traces_present():
         env["HBFJAX_TRACE_DIR"] = str(write_small_traces(tmp_path / "traces"))
     out = tmp_path / "figures"
