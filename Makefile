@@ -26,7 +26,8 @@ figures: $(STAMP)
 
 # two worker processes: the suite is mostly XLA compilation, one core each (pytest-xdist, see README);
 # the tests marked slow (the tuning runs of the serving and GC problems against their grids) need
-# make test-slow: CI's make test must stay under 10 minutes on 2 cores
+# make test-slow: CI's make test must stay under 10 minutes on 2 cores. pyproject.toml's addopts schedule whole
+# test modules on the workers (--dist loadscope), in file order
 test: $(STAMP)
 	$(PY) -m pytest -n 2 -m "not slow"
 

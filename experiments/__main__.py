@@ -83,8 +83,11 @@ def main(argv=None) -> int:
         save_comparisons(ctx, name, rows)
         print(f"[figures] {name}: done in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
         # drop every compiled executable between figures: one process compiling all of them ran out of
-        # memory maps (vm.max_map_count, 65,530) in LLVM at the 29th figure on the CPU
-        jax.clear_caches()
+        # memory maps (vm.max_map_count, 65,530) in LLVM at the 29th figure on the CPU. The tiny size keeps
+        # them: its figures are made to share engine shapes (e.g. _dash_serve.TINY_*, fig_hbflex15's bootstrap
+        # replay), and the smoke test runs them in groups of a few figures per process
+        if not ctx.tiny:
+            jax.clear_caches()
     write_readme(args.out, modules, skipped)
     print(f"[figures] wrote {args.out / 'README.md'}", file=sys.stderr)
     return 0

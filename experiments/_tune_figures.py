@@ -7,6 +7,8 @@ evaluations spent). Knob values are columns ``knob_<name>`` (``knob_<name>_<i>``
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 
@@ -14,8 +16,14 @@ from experiments.common import Comparison, Context, cached_table
 from hbfjax.tune import problems
 from hbfjax.tune.grid import evaluate_grid
 from hbfjax.tune.loop import tune
+from hbfjax.tune.problem import Problem
 
 ESTIMATORS = ("smooth", "perturb", "fd")
+# tiny: one step of one estimator, perturb (its samples are one vmapped copy of the engine beside the baseline's,
+# where fd's 2 · raw coordinates + 1 evaluations are each their own copy: on hbflex-sram 19 s against 40 s to
+# compile; the smooth estimator's loop is compiled by the tests), on a grid of each knob's ends and middle
+TINY_ESTIMATOR = "perturb"
+TINY_GRID_VALUES = 3
 
 
 def knob_columns(values: dict) -> dict:
@@ -32,8 +40,19 @@ def streams_for(ctx: Context, divisor: int = 16, least: int = 4) -> int:
     return 2 if ctx.tiny else max(least, ctx.streams // divisor)
 
 
+def tiny_grid(problem: Problem, values: int = TINY_GRID_VALUES) -> Problem:
+    """``problem`` with each knob's grid cut to ``values`` evenly spaced values, both ends included (the
+    grid's code path, one vmapped chunk, not its landscape)."""
+    def cut(grid: tuple) -> tuple:
+        return tuple(grid[i] for i in sorted(set(np.linspace(0, len(grid) - 1, values).round().astype(int))))
+
+    return dataclasses.replace(problem, knobs=tuple(dataclasses.replace(k, grid=cut(k.grid)) for k in problem.knobs))
+
+
 def _compute(ctx: Context, name: str, settings: dict, estimators) -> pd.DataFrame:
     problem = problems.make(name, **settings)
+    if ctx.tiny:
+        problem = tiny_grid(problem)
     grid = evaluate_grid(problem, ctx.seed)
     rows = [{"kind": "grid", **knob_columns(p), "objective": float(v)} for p, v in zip(grid.points, grid.objective)]
     for est in estimators:
@@ -52,8 +71,7 @@ def tune_table(ctx: Context, figure: str, name: str, settings: dict | None = Non
                estimators=ESTIMATORS) -> pd.DataFrame:
     """The problem ``name`` built with ``settings`` (streams included), its grid and one tuning run per estimator."""
     settings = {"streams": streams_for(ctx), **(settings or {})}
-    # tiny: one fd step (the code path of every figure; the smooth estimator's loop is compiled by the tests)
-    estimators = ("fd",) if ctx.tiny else estimators
+    estimators = (TINY_ESTIMATOR,) if ctx.tiny else estimators
     return cached_table(ctx, figure, {"problem": name, "settings": settings, "estimators": list(estimators)},
                         lambda: _compute(ctx, name, settings, estimators))
 

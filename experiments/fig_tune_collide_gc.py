@@ -10,10 +10,11 @@ from experiments.common import Comparison, Context, save_figure
 
 TITLE = "Tuning (2) — collide-gc: read-wave amplification + λ · (WAF − 1) over G, with the optimisers' trajectories"
 NAME = "tune_collide_gc"
+TINY = {"warmup_ticks": 10, "measure_ticks": 20}  # the same rollout, 30 ticks instead of 300
 
 
 def run(ctx: Context) -> list[Comparison]:
-    table = tune_table(ctx, NAME, "collide-gc", {"streams": streams_for(ctx, 32, 8)})
+    table = tune_table(ctx, NAME, "collide-gc", {"streams": streams_for(ctx, 32, 8), **(TINY if ctx.tiny else {})})
     grid = table[table.kind == "grid"].sort_values("knob_group_size")
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     ax.plot(np.log2(grid.knob_group_size), grid.objective, "k-o", ms=4, label="exhaustive grid (exact)")

@@ -28,8 +28,9 @@ def test_serve_json_keys_and_several_systems(capsys):
 
 
 def test_serve_online_reports_littles_law_terms_and_refuses_bad_options(capsys):
+    # the online run of the --load test below (4 slots): one compilation for both in a process
     assert main(["serve", "--rate", "2", "--requests", "24", "--warmup", "4", "--prompt", "64", "--output", "4",
-                 "--streams", "2", "--json"]) == 0
+                 "--slots", "4", "--streams", "2", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["arrival_rate_per_s"] > 0 and out["mean_requests_in_system"] > 0
     assert main(["serve", "--rate", "2", "--requests", "8", "--warmup", "8"]) == 2

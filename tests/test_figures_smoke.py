@@ -1,7 +1,10 @@
 """Every figure module end to end at the tiny size (``python -m experiments --tiny``), so a figure that would
 crash fails ``make test``: on the real traces where they are found, else on small files of each schema
-written here under the real trace names. Budget: about a minute on a 2-core CPU (XLA's backend
-optimisation is turned off in the child process: compiling dominates at this size)."""
+written here under the real trace names. One child process per group of figures (:data:`GROUPS`, about
+equal time, a test class each, so that pytest-xdist schedules them apart); a group keeps the figures whose
+tiny runs share an engine shape (one compilation: ``experiments/__main__`` keeps compiled executables at
+the tiny size). Budget: about a minute per group on a 2-core CPU (compiling dominates at this size: see
+:data:`CHILD_XLA_FLAGS`)."""
 
 import json
 import os
@@ -17,6 +20,22 @@ from hbfjax import traces
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = ("azure_llm_2023_code.csv", "mooncake_conversation.jsonl", "swebench_miniswe_agent.csv")
+# Figures per child process (seconds at the tiny size in brackets, one process, 2-core CPU). Figures that
+# share a tiny engine shape stay together: the DASH serving figures 9(a), 9(b) and 11 (_dash_serve.TINY_*),
+# Table III and the lifetime (one backlogged shape), Fig. 15, 16 and Table 2 (bootstrap replay).
+# The child compiles far more than it runs: LLVM's backend optimisation off (as tests/conftest.py), and XLA:CPU's
+# elemental emitters instead of its fusion emitters, which compile the tiny figures' programs about twice as
+# fast and run them slower (measured per group alone: tuning 73 -> 59 s, DASH 53 -> 47 s, HBFlex 63 -> 63 s;
+# not in the test processes, where long rollouts run: there it was no faster overall)
+CHILD_XLA_FLAGS = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
+GROUPS = {
+    "dash": ("dash10_offload", "dash11_lookahead", "dash12_sensitivity", "dash12_write_latency",
+             "dash9a_throughput", "dash9b_workloads", "dash_cost", "dash_lifetime", "dash_table3_p90"),
+    "hbflex": ("hbflex13c_decode_tokens", "hbflex15_latency", "hbflex16_concurrency", "hbflex17_read_amplification",
+               "hbflex18_stall", "hbflex19_waf", "hbflex20_offload", "hbflex5_imbalance", "hbflex7a_logical_page",
+               "hbflex9_stages", "hbflex_table2_ablation"),
+    "tune": ("gc_waf_spare", "tune_collide_gc", "tune_collide_sram", "tune_dash_split", "tune_hbflex_sram"),
+}
 
 
 def write_small_traces(folder: Path, seed: int = 0) -> Path:
@@ -66,23 +85,51 @@ def test_small_traces_load_in_their_schemas(tmp_path):
     assert moon.prefix_tokens.max() > 0
 
 
-def test_every_figure_runs_end_to_end_at_the_tiny_size(tmp_path):
+def _run_group(group: str, tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-           "XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip(),
-           "MPLBACKEND": "Agg"}
+           "XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") + " " + CHILD_XLA_FLAGS).strip(), "MPLBACKEND": "Agg"}
     if not _real_traces_present():
         env["HBFJAX_TRACE_DIR"] = str(write_small_traces(tmp_path / "traces"))
     out = tmp_path / "figures"
-    run = subprocess.run([sys.executable, "-m", "experiments", "--tiny", "--force", "--streams", "2", "--out", str(out)],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    run = subprocess.run([sys.executable, "-m", "experiments", "--tiny", "--force", "--streams", "2", "--out", str(out),
+                          "--only", *GROUPS[group]], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-4000:]
     assert "skipped" not in run.stderr
     readme = (out / "README.md").read_text()
-    for name, module in figure_modules().items():
+    modules = figure_modules()
+    for name in GROUPS[group]:
         for suffix in (".png", ".csv", ".paper.json"):
             assert (out / f"{name}{suffix}").stat().st_size > 0, f"{name}{suffix}"
         assert json.loads((out / f"{name}.params.json").read_text())["tiny"] is True
-        assert f"## {module.TITLE}" in readme
+        assert f"## {modules[name].TITLE}" in readme
+
+
+class _FigureGroup:
+    """One child process per group: a class each, so that pytest-xdist (``--dist loadscope``, pyproject.toml)
+    schedules the groups as units of their own."""
+
+    group = ""
+
+    def test_every_figure_runs_end_to_end_at_the_tiny_size(self, tmp_path):
+        _run_group(self.group, tmp_path)
+
+
+class TestDashFigures(_FigureGroup):
+    group = "dash"
+
+
+class TestHbflexFigures(_FigureGroup):
+    group = "hbflex"
+
+
+class TestTuningFigures(_FigureGroup):
+    group = "tune"
+
+
+def test_the_groups_hold_every_figure_exactly_once():
+    listed = [name for group in GROUPS.values() for name in group]
+    assert sorted(listed) == sorted(figure_modules()) and len(set(listed)) == len(listed)
+    assert sorted(c.group for c in _FigureGroup.__subclasses__()) == sorted(GROUPS)
 
 
 def test_a_figure_without_its_trace_is_skipped_with_one_line(tmp_path, monkeypatch, capsys):

@@ -21,6 +21,11 @@ def _waf(out):
     return (out.host_writes + out.migrated_pages) / np.maximum(out.host_writes, 1)
 
 
+# jitted once each (eagerly, every call dispatched its primitives one by one): integer counts
+_page_counts = jax.jit(gc.page_counts, static_argnums=1)
+_group_read_loads = jax.jit(kv.group_read_loads, static_argnums=3)
+
+
 def test_kv_conserves_pages_and_never_loses_a_live_request_page():
     cfg = kv.KvConfig(**{**BASE, "n_blocks": 48}, allocation="lifetime", n_labels=3, lifetime="exponential",
                       victim="random", weight_pages=64)
@@ -31,7 +36,7 @@ def test_kv_conserves_pages_and_never_loses_a_live_request_page():
     for _ in range(80):
         s = step(s)
         b = s.blocks
-        counts = {k: int(v) for k, v in gc.page_counts(b, cfg.blocks).items()}
+        counts = {k: int(v) for k, v in _page_counts(b, cfg.blocks).items()}
         assert counts["valid"] + counts["stale"] + counts["free"] == counts["physical"], counts
         own = np.asarray(b.owner)
         assert ((own >= 0).sum(1) == np.asarray(b.valid)).all()
@@ -127,13 +132,13 @@ def test_group_read_loads_match_page_by_page_striping():
     st = dataclasses.replace(st, held=jnp.asarray(held, jnp.int32), live=jnp.asarray(live), gen=jnp.asarray(gen, jnp.int32))
     for g in (1, 2, 8, 16, 64):
         knobs = kv.KvKnobs.make(cfg, group_size=g)
-        got = np.asarray(kv.group_read_loads((SEED, STREAM), st, knobs, cfg))
+        got = np.asarray(_group_read_loads((SEED, STREAM), st, knobs, cfg))
         offsets = [int(rng.uniform_index(rng.mix(SEED, STREAM, jnp.int32(s), jnp.int32(gen[s]), Salt.KV_GROUP_OFFSET), g))
                    for s in range(cfg.slots)]
         assert got.tolist() == _striped_loads_reference(held, live, offsets, g, cfg.planes), g
         assert got.sum() == np.where(live, held, 0).sum()
     # G = 1 with planes ≥ slots: slot s reads all its pages from plane s
-    ones = np.asarray(kv.group_read_loads((SEED, STREAM), st, kv.KvKnobs.make(cfg, group_size=1), cfg))
+    ones = np.asarray(_group_read_loads((SEED, STREAM), st, kv.KvKnobs.make(cfg, group_size=1), cfg))
     assert ones[:cfg.slots].tolist() == np.where(live, held, 0).tolist() and not ones[cfg.slots:].any()
 
 

@@ -5,6 +5,9 @@ tests/test_wave.py)."""
 
 from __future__ import annotations
 
+import functools
+
+import jax
 import numpy as np
 import pytest
 
@@ -61,8 +64,11 @@ def test_a_later_turn_reuses_its_sessions_retained_kv_in_whole_logical_pages(tmp
     assert int(no_reuse.serve.iterations[0]) - int(out.serve.iterations[0]) == 2
 
 
-AZURE_REQUESTS, STREAMS = 48, 2  # the azure-trace tests share one shape (one compilation per process)
-
+AZURE_REQUESTS, STREAMS, SEED = 48, 2, 4
+ROOM_TOKENS = 20_000  # above the longest request (7,437 tokens), a few requests' KV
+# The azure-trace tests share one run (one compilation per process): the six organisations and naive HBF with a
+# small KV room on one knob axis, common random numbers (see _organisations)
+POINTS = tuple(hp.PACKAGES) + ("naive-hbf, small room",)
 
 
 def _azure():
@@ -70,43 +76,58 @@ def _azure():
             _config(AZURE_REQUESTS, slots=8, replay="offset"))
 
 
+def _point_knobs(point: str):
+    if point == POINTS[-1]:
+        return _knobs("naive-hbf", kv_room_bytes=ROOM_TOKENS * GQA.kv_bytes_per_token)
+    return _knobs(point)
+
+
+@functools.lru_cache(maxsize=None)
+def _organisations():
+    """(outputs with the knob axis, compilations it took): every point of :data:`POINTS` on one knob axis."""
+    trace, cfg = _azure()
+    with compilations("simulate") as compiled:
+        out = hb.run(hs.simulate, STREAMS, SEED, hb.stack_knobs([_point_knobs(p) for p in POINTS]), cfg, inputs=trace,
+                     knob_axis=True)
+    return out, len(compiled)
+
+
+def _point(name: str):
+    """One point's outputs (leading stream axis) from the shared run."""
+    k = POINTS.index(name)
+    return jax.tree_util.tree_map(lambda a: a[:, k], _organisations()[0])
+
+
 def test_immediate_writes_stall_one_program_per_layer_and_pass():
     # naive HBF programs each layer's new KV at once: a few pages on distinct planes, one tPROG per layer
-    trace, cfg = _azure()
-    out = hb.run(hs.simulate, STREAMS, 3, _knobs("naive-hbf"), cfg, inputs=trace)
+    out = _point("naive-hbf")
     t_prog = float(hp.naive_hbf().org.t_prog_us)
     passes = np.asarray(out.hbf.passes)
     np.testing.assert_allclose(np.asarray(out.hbf.write_stall_us), passes * GQA.layers * t_prog, rtol=1e-6)
-    window = hb.run(hs.simulate, STREAMS, 3, _knobs("hbflex"), cfg, inputs=trace)
+    window = _point("hbflex")
     assert np.all(np.asarray(window.hbf.write_stall_us) == 0.0)  # window-aware: nothing forced at this size
 
 
 def test_h3_keeps_request_kv_in_hbm_and_fills_no_hbf_with_it():
-    trace, cfg = _azure()
-    out = hb.run(hs.simulate, STREAMS, 3, _knobs("h3"), cfg, inputs=trace)
-    t = out.serve.totals
+    t = _point("h3").serve.totals
     assert np.all(np.asarray(t.prefill_write_bytes) == 0) and np.all(np.asarray(t.writeback_bytes) == 0)
     assert np.all(np.asarray(t.max_kv_hbf_bytes) == 0)
     assert np.all(np.asarray(t.max_kv_hbm_bytes) > 0)
 
 
 def test_a_small_kv_room_evicts_sessions_and_gc_reclaims_their_blocks():
-    trace, cfg = _azure()  # single-turn requests, each retained after it ends until evicted
-    room = 20_000 * GQA.kv_bytes_per_token  # above the longest request (7,437 tokens), a few requests' KV
-    out = hb.run(hs.simulate, STREAMS, 1, _knobs("naive-hbf", kv_room_bytes=room), cfg, inputs=trace)
+    out = _point(POINTS[-1])  # single-turn requests, each retained after it ends until evicted
     rep = hs.report(out)
     assert np.all(rep["evicted_sessions"] >= 2)
     assert np.all(np.asarray(out.blocks.blocks.erases).sum(axis=-1) > 0)  # GC erased blocks
     assert np.all(rep["waf"] >= 1.0)
     assert not np.any(np.asarray(out.serve.overflow))
     held = np.asarray(out.cache.tokens).sum(axis=1)
-    assert np.all(held <= 0.90 * 20_000 + 1)  # after the last chunk's eviction nothing runs: cache ≤ threshold
+    assert np.all(held <= 0.90 * ROOM_TOKENS + 1)  # after the last chunk's eviction nothing runs: cache ≤ threshold
 
 
 def test_littles_law_holds_in_an_hbflex_replay():
-    trace, cfg = _azure()
-    out = hb.run(hs.simulate, STREAMS, 2, _knobs("hbflex"), cfg, inputs=trace)
-    o = out.serve
+    o = _point("hbflex").serve
     warmup = 8
     stream = metrics.per_stream(metrics.times(o.arrival, o.first_token, o.finish, o.tokens_out, o.valid),
                                 metrics.window(AZURE_REQUESTS, warmup, None))
@@ -118,14 +139,15 @@ def test_littles_law_holds_in_an_hbflex_replay():
 
 
 def test_six_organisations_compile_once_and_share_their_arrivals():
+    out, compiled = _organisations()
+    assert compiled == 1  # the six organisations and the small room: one compilation
     trace, cfg = _azure()
-    points = [_knobs(n) for n in hp.PACKAGES]
-    with compilations("simulate") as compiled:
-        out = hb.run(hs.simulate, STREAMS, 4, hb.stack_knobs(points), cfg, inputs=trace, knob_axis=True)
-        again = hb.run(hs.simulate, STREAMS, 4, hb.stack_knobs(points[::-1]), cfg, inputs=trace, knob_axis=True)
-    assert len(compiled) == 1
+    points = [_point_knobs(p) for p in POINTS[::-1]]
+    with compilations("simulate") as again_compiled:
+        again = hb.run(hs.simulate, STREAMS, SEED, hb.stack_knobs(points), cfg, inputs=trace, knob_axis=True)
+    assert again_compiled == []  # the same shapes in another order reuse it
     arrival = np.asarray(clock.to_us(out.serve.arrival))
-    for k in range(1, len(points)):
+    for k in range(1, len(POINTS)):
         np.testing.assert_array_equal(arrival[:, 0], arrival[:, k])
     # a point's results do not depend on its neighbours on the knob axis (reversed order, same values)
     np.testing.assert_array_equal(np.asarray(clock.to_us(again.serve.finish))[:, ::-1],

@@ -17,6 +17,13 @@ WORDS = (jnp.uint32(7), jnp.int32(0))
 BPP = 1000.0  # bytes per scaled page in the tests
 
 
+# the hand-traced steps, jitted once each (eagerly every call dispatched its primitives one by one)
+_write = jax.jit(kb.write, static_argnums=5)
+_invalidate = jax.jit(kb.invalidate, static_argnums=2)
+_collect = jax.jit(kb.collect, static_argnums=3)
+_settle = jax.jit(kb.settle, static_argnums=1)
+
+
 def _clock(us):
     us = np.asarray(us, np.int64)
     return Clock(jnp.asarray(us // 1_000_000, jnp.int32), jnp.asarray(us % 1_000_000, jnp.float32))
@@ -37,13 +44,13 @@ def test_one_gc_round_by_hand():
                              gc_trigger=jnp.float32(0.4), gc_target=jnp.float32(0.3), bytes_per_page=jnp.float32(BPP))
     s = kb.init(cfg)
     for sess, pages in (([0, 1], [3, 1]), ([2, 1], [2, 2]), ([3, 2], [3, 1]), ([0, -1], [4, 0])):
-        s, n = kb.write(s, jnp.array(sess, jnp.int32), BPP * jnp.array(pages, jnp.float32), _clock([0, 0]), knobs, cfg)
+        s, n = _write(s, jnp.array(sess, jnp.int32), BPP * jnp.array(pages, jnp.float32), _clock([0, 0]), knobs, cfg)
         assert int(n) == sum(pages)
     tag = np.asarray(s.blocks.owner[:4])  # generation 0: tag = session
     np.testing.assert_array_equal(tag, [[0, 0, 0, 1], [2, 2, 1, 1], [3, 3, 3, 2], [0, 0, 0, 0]])
-    s = kb.invalidate(s, jnp.array([True, True, False, False]), cfg)
+    s = _invalidate(s, jnp.array([True, True, False, False]), cfg)
     assert int(s.invalidated_pages) == 7 + 3
-    s, moved = kb.collect(WORDS, s, knobs, cfg)
+    s, moved = _collect(WORDS, s, knobs, cfg)
     b = s.blocks
     assert int(moved) == 2 and int(s.gc_pages) == 2
     np.testing.assert_array_equal(np.asarray(b.erases), [1, 1, 0, 0, 0, 0, 0, 0])
@@ -59,11 +66,11 @@ def test_pending_bytes_round_to_whole_pages_and_max_writes_defers():
     knobs = _knobs(cfg, gc_trigger=0.3)
     s = kb.init(cfg)
     # session 1 in two slots (2.5 + 1.0 pages), session 0 0.6 of a page
-    s, n = kb.write(s, jnp.array([1, 0, 1], jnp.int32), BPP * jnp.array([2.5, 0.6, 1.0]), _clock([0, 0, 0]), knobs, cfg)
+    s, n = _write(s, jnp.array([1, 0, 1], jnp.int32), BPP * jnp.array([2.5, 0.6, 1.0]), _clock([0, 0, 0]), knobs, cfg)
     assert int(n) == 3
     np.testing.assert_allclose(np.asarray(s.pending_bytes), [0.6 * BPP, 0.5 * BPP, 0.0], rtol=1e-6)
     # 9 whole pages wanted, 4 written (max_writes), the rest stays pending for the next call
-    s, n = kb.write(s, jnp.array([2, -1, -1], jnp.int32), BPP * jnp.array([9.0, 5.0, 5.0]), _clock([0, 0, 0]), knobs, cfg)
+    s, n = _write(s, jnp.array([2, -1, -1], jnp.int32), BPP * jnp.array([9.0, 5.0, 5.0]), _clock([0, 0, 0]), knobs, cfg)
     assert int(n) == 4 and float(s.pending_bytes[2]) == pytest.approx(5 * BPP)
     np.testing.assert_array_equal(np.asarray(s.session_pages), [0, 3, 4])
 
@@ -212,10 +219,10 @@ def test_a_session_written_after_its_eviction_does_not_revive_old_pages():
     cfg = kb.KvBlocksConfig(sessions=3, max_writes=8, n_blocks=16, pages_per_block=4, n_labels=1)
     knobs = _knobs(cfg, gc_trigger=0.5)
     one = jnp.array([1], jnp.int32)
-    s, _ = kb.write(kb.init(cfg), one, jnp.array([5 * BPP]), _clock([0]), knobs, cfg)
-    s = kb.invalidate(s, jnp.array([False, True, False]), cfg)
-    s, _ = kb.write(s, one, jnp.array([2 * BPP]), _clock([0]), knobs, cfg)
-    s = kb.settle(s, cfg)
+    s, _ = _write(kb.init(cfg), one, jnp.array([5 * BPP]), _clock([0]), knobs, cfg)
+    s = _invalidate(s, jnp.array([False, True, False]), cfg)
+    s, _ = _write(s, one, jnp.array([2 * BPP]), _clock([0]), knobs, cfg)
+    s = _settle(s, cfg)
     assert int(s.blocks.valid.sum()) == 2 == int(s.session_pages[1])
     np.testing.assert_array_equal(np.asarray(s.blocks.owner[1]), [-1, 1 << cfg.tag_bits | 1, 1 << cfg.tag_bits | 1, -1])
 
@@ -227,7 +234,7 @@ def test_a_full_pool_stalls_the_host_instead_of_overflowing():
     knobs = _knobs(cfg, gc_trigger=0.3)
     s, total = kb.init(cfg), 0
     for _ in range(12):
-        s, n = kb.write(s, jnp.array([0, 1], jnp.int32), jnp.array([4 * BPP, 4 * BPP]), _clock([0, 0]), knobs, cfg)
+        s, n = _write(s, jnp.array([0, 1], jnp.int32), jnp.array([4 * BPP, 4 * BPP]), _clock([0, 0]), knobs, cfg)
         total += int(n)
     assert not bool(s.overflow) and int(s.stalled_writes) > 0
     assert int(gc.free_blocks(s.blocks)) >= 3

@@ -9,7 +9,7 @@ import pytest
 from _compiles import compilations
 from _tiny_models import GQA
 from hbfjax import batch as hb
-from hbfjax import clock
+from hbfjax import clock, rng
 from hbfjax.memory import organisations as orgs
 from hbfjax.serve import layer_time, system
 from hbfjax.serve.state import BatcherConfig, BatcherKnobs
@@ -20,6 +20,13 @@ B, PROMPT, OUTPUT, CHUNK = 2, 8, 3, 4
 CONFIG = system.ServeConfig(model=GQA, batcher=BatcherConfig(slots=B),
                             requests=rq.RequestsConfig(requests=B, arrivals="batch"), max_pass_tokens=B * CHUNK + B,
                             max_iterations=100)
+
+
+# one compilation each for the whole module: the one-stream rollout, and the hand timings' per-pass functions
+# (called eagerly they compiled some 230 primitives one by one)
+_SIMULATE = jax.jit(system.simulate, static_argnums=4)
+_PASS_TIMES = jax.jit(system.pass_times, static_argnums=4)
+_KV_WRITES = jax.jit(layer_time.kv_writes, static_argnums=4)
 
 
 def _knobs(org, **changes):
@@ -52,15 +59,15 @@ def _hand_pass_us(knobs, batches, writeback_tokens=(0, 0, 0, 0)):
     words = (jnp.uint32(7), jnp.int32(0))
     us = []
     for i, (b, (share, to_hbf), back) in enumerate(zip(batches, HAND_KV, writeback_tokens)):
-        t = system.pass_times(words, b, 2 * i, knobs, CONFIG, share)  # mixed: pass 0 of iteration i
-        stall = layer_time.kv_writes(t, to_hbf, back, knobs.org, GQA).stall_us.sum()
+        t = _PASS_TIMES(words, b, 2 * i, knobs, CONFIG, share)  # mixed: pass 0 of iteration i
+        stall = _KV_WRITES(t, to_hbf, back, knobs.org, GQA).stall_us.sum()
         us.append(float(t.iteration_us + stall))
     return us
 
 
 def test_a_fixed_batch_is_its_prefill_and_decode_passes_timed_by_hand():
     knobs = _knobs(orgs.dash(t_prog_us=2000.0))  # a slow program, so the prefill writes stall
-    out = jax.jit(system.simulate, static_argnums=4)(jnp.int32(0), jnp.uint32(7), knobs, None, CONFIG)
+    out = _SIMULATE(jnp.int32(0), jnp.uint32(7), knobs, None, CONFIG)
     us = _hand_pass_us(knobs, _hand_batches())
     first = np.asarray(clock.to_us(out.first_token))
     finish = np.asarray(clock.to_us(out.finish))
@@ -83,7 +90,7 @@ def test_decode_kv_beyond_the_hbm_budget_is_written_back_oldest_first():
     # wave holds far more of the tiny model's tokens than exist) moves all of them to HBF
     per_token = GQA.kv_bytes_per_token
     knobs = _knobs(orgs.dash(), hbm_kv_budget_bytes=per_token)
-    out = jax.jit(system.simulate, static_argnums=4)(jnp.int32(0), jnp.uint32(7), knobs, None, CONFIG)
+    out = _SIMULATE(jnp.int32(0), jnp.uint32(7), knobs, None, CONFIG)
     t = out.totals
     assert float(t.writeback_bytes) == 2 * B * per_token and float(t.writeback_passes) == 2
     assert float(t.max_kv_hbm_bytes) == 0.0
@@ -106,8 +113,9 @@ def test_organisations_on_one_knob_axis_compile_once_and_equal_separate_runs():
         both = hb.run(system.simulate, 2, 3, stacked, CONFIG, knob_axis=True)
         hb.run(system.simulate, 2, 4, other, CONFIG, knob_axis=True)
     assert len(compiled) == 1
-    alone = hb.run(system.simulate, 2, 3, _knobs(orgs.relay_only()), CONFIG)
-    np.testing.assert_array_equal(np.asarray(both.finish.us)[:, 2], np.asarray(alone.finish.us))
+    # RelayOnly alone, stream by stream (the one-stream rollout of the tests above: no vmap at all)
+    alone = [_SIMULATE(jnp.int32(s), rng.seed_word(3), _knobs(orgs.relay_only()), None, CONFIG) for s in range(2)]
+    np.testing.assert_array_equal(np.asarray(both.finish.us)[:, 2], np.stack([np.asarray(o.finish.us) for o in alone]))
     e2e = np.asarray(both.finish.s, np.float64) + np.asarray(both.finish.us) * 1e-6
     assert np.all(e2e[:, 0] <= e2e[:, 2]) and np.all(e2e[:, 0] <= e2e[:, 3])  # DASH never slower than one path
 
@@ -136,6 +144,13 @@ def test_drawing_distinct_counts_matches_drawing_every_token_in_distribution():
         dataclasses.replace(CONFIG, routing_kind="zipf")
 
 
+@jax.jit
+def _table_iteration_us(words, b, draw, knobs, curves):
+    """One pass's iteration time on the measured table (``timing.model_times`` of the pass's routing rows)."""
+    rows = system.pass_routing(words, b, draw, knobs, CONFIG, compact=False).rows
+    return timing.model_times(b, rows, knobs.gpu, CONFIG.timing, curves).iteration_us
+
+
 def test_a_measured_table_sets_each_operator_where_it_is_slower_than_delivery():
     # every GQA operator measured 1,000× slower than the synthetic table's base: the delivery never binds, so
     # each pass is the table's own model time (the same batches through timing.model_times), and the long
@@ -144,16 +159,14 @@ def test_a_measured_table_sets_each_operator_where_it_is_slower_than_delivery():
 
     knobs = _knobs(orgs.dash())
     curves = _gqa_table(scale=1000.0).curves()
-    run = jax.jit(system.simulate, static_argnums=4)
-    out = run(jnp.int32(0), jnp.uint32(7), knobs, system.ServeInputs(table=curves), CONFIG)
+    out = _SIMULATE(jnp.int32(0), jnp.uint32(7), knobs, system.ServeInputs(table=curves), CONFIG)
     words = (jnp.uint32(7), jnp.int32(0))
-    expect = sum(float(timing.model_times(b, system.pass_routing(words, b, 2 * i, knobs, CONFIG, compact=False).rows, knobs.gpu,
-                                          CONFIG.timing, curves).iteration_us) for i, b in enumerate(_hand_batches()))
+    expect = sum(float(_table_iteration_us(words, b, 2 * i, knobs, curves)) for i, b in enumerate(_hand_batches()))
     np.testing.assert_allclose(np.asarray(clock.to_us(out.finish)), expect, rtol=1e-6)
     assert float(out.totals.write_stall_us) == 0.0 and float(out.totals.table_miss_passes) == 0.0
     # decode attention measured only up to 2 context tokens: both decode passes fall outside the table
     short = _gqa_table(scale=1000.0, contexts=(1, 2)).curves()
-    out = run(jnp.int32(0), jnp.uint32(7), knobs, system.ServeInputs(table=short), CONFIG)
+    out = _SIMULATE(jnp.int32(0), jnp.uint32(7), knobs, system.ServeInputs(table=short), CONFIG)
     assert float(out.totals.table_miss_passes) == 2.0
 
 

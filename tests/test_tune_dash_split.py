@@ -167,7 +167,8 @@ def test_relaxed_derivative_matches_a_central_difference_of_the_exact_objective(
 def test_relaxed_expert_delivery_bias_and_straight_through_slope():
     """Per layer, without a serving run: relaxed − exact delivery in [0, 2·t·log 2] µs for any split, and
     where Direct is the slow path and above the array floor, d T / d relay_fraction is the envelope's
-    −n · b / D (straight-through rounding of the expert count)."""
+    −n · b / D (straight-through rounding of the expert count). Jitted (eagerly, some 170 primitives
+    compiled one by one)."""
     from hbfjax.memory import delivery
     b, n = 37.7e6, 100.0
     fractions = jnp.linspace(0.0, 1.0, 41)
@@ -176,17 +177,17 @@ def test_relaxed_expert_delivery_bias_and_straight_through_slope():
             org = dataclasses.replace(orgs.dash(balanced_split=0.0), relay_fraction=f)
             return (delivery.expert_delivery(jnp.float32(n), b, org, temperature_us=t).delivery_us,
                     delivery.expert_delivery(jnp.float32(n), b, org).delivery_us)
-        relaxed_us, exact_us = (np.asarray(a) for a in jax.vmap(at)(fractions))
+        relaxed_us, exact_us = (np.asarray(a) for a in jax.jit(jax.vmap(at))(fractions))
         assert np.all(relaxed_us >= exact_us - 1e-3) and np.all(relaxed_us - exact_us <= 2 * t * math.log(2) + 1e-3)
     org = orgs.dash(balanced_split=0.0)
     rate = delivery.rates(org)
-    slope = jax.jvp(lambda f: delivery.expert_delivery(
+    slope = jax.jit(lambda f0: jax.jvp(lambda f: delivery.expert_delivery(
         jnp.float32(n), b, dataclasses.replace(org, relay_fraction=f), temperature_us=0.01).delivery_us,
-        (jnp.float32(0.2),), (jnp.float32(1.0),))[1]
+        (f0,), (jnp.float32(1.0),))[1])(jnp.float32(0.2))
     assert float(slope) == pytest.approx(-n * b * 1e-3 / float(rate.direct_gbps), rel=1e-4)
-    exact_slope = jax.jvp(lambda f: delivery.expert_delivery(
-        jnp.float32(n), b, dataclasses.replace(org, relay_fraction=f)).delivery_us, (jnp.float32(0.2),),
-        (jnp.float32(1.0),))[1]
+    exact_slope = jax.jit(lambda f0: jax.jvp(lambda f: delivery.expert_delivery(
+        jnp.float32(n), b, dataclasses.replace(org, relay_fraction=f)).delivery_us, (f0,),
+        (jnp.float32(1.0),))[1])(jnp.float32(0.2))
     assert float(exact_slope) == 0.0  # the exact split rounds: piecewise constant, zero pathwise derivative
 
 

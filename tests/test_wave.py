@@ -23,6 +23,11 @@ Z = 4.5  # tolerance in standard errors: two-sided false-alarm rate ~7e-6 per ch
 EXPECTED_MAX_LOAD_3072 = 6.099810145542389
 
 
+# jitted once for the module (called eagerly, each call dispatched its primitives one by one): integer loads
+_PLACE_PAGES = jax.jit(collide.place_pages, static_argnums=(0, 3))
+_PLANE_LOADS = jax.jit(w.plane_load_sample, static_argnums=3)
+
+
 def wave_stream(stream_id, seed, knobs, pages, config):
     """The batch protocol around one wave (``pages`` is the shared input)."""
     return w.wave_sample((seed, stream_id), pages, knobs, config)
@@ -43,7 +48,7 @@ def _starts(seed, stream, planes, candidates):
     """Start plane of every stripe, drawn with collide's kernel (not wave's code)."""
     words = (jnp.uint32(seed), jnp.int32(stream), Salt.WAVE_STRIPE)
     stripe = jnp.arange(candidates * planes, dtype=jnp.int32)
-    return np.asarray(collide.place_pages("random", words, stripe, planes, collide.PlacementKnobs.make()))
+    return np.asarray(_PLACE_PAGES("random", words, stripe, planes, collide.PlacementKnobs.make()))
 
 
 def _reference_loads(start, n, planes, g, scheduled, candidates):
@@ -65,7 +70,7 @@ def _reference_loads(start, n, planes, g, scheduled, candidates):
 
 def _loads(seed, stream, pages, config, **knobs):
     k = w.WaveKnobs.make(config=config, **knobs)
-    return np.asarray(w.plane_load_sample((jnp.uint32(seed), jnp.int32(stream)), jnp.int32(pages), k, config))
+    return np.asarray(_PLANE_LOADS((jnp.uint32(seed), jnp.int32(stream)), jnp.int32(pages), k, config))
 
 
 @pytest.mark.parametrize("ratio", [0.25, 1.0])
@@ -272,9 +277,9 @@ def test_the_tabulated_law_matches_exact_draws_between_tabulated_sizes():
     n_draws = 4096
     for size in (37, 150):
         assert size not in np.asarray(table.pages)
-        exact = jax.vmap(lambda d: w.wave_sample((jnp.uint32(9), d), size, knobs, config))(
+        exact = jax.jit(jax.vmap(lambda d: w.wave_sample((jnp.uint32(9), d), size, knobs, config)))(
             jnp.arange(n_draws, dtype=jnp.uint32))
-        got = jax.vmap(lambda u: w.draw(table, size, u))((np.arange(n_draws) + 0.5) / n_draws)[0]
+        got = jax.jit(jax.vmap(lambda u: w.draw(table, size, u)))((np.arange(n_draws) + 0.5) / n_draws)[0]
         e = np.asarray(exact.waves, np.float64)
         se = np.hypot(e.std() / np.sqrt(n_draws), np.asarray(table.waves).std() / np.sqrt(table.waves.shape[1]))
         # the table interpolates linearly in size between its neighbours: within Z standard errors plus
