@@ -64,7 +64,7 @@ def test_a_later_turn_reuses_its_sessions_retained_kv_in_whole_logical_pages(tmp
     assert int(no_reuse.serve.iterations[0]) - int(out.serve.iterations[0]) == 2
 
 
-AZURE_REQUESTS, STREAMS, SEED = 48, 2, 4
+AZURE_REQUESTS, STREAMS, SEED = 24, 2, 4
 ROOM_TOKENS = 20_000  # above the longest request (7,437 tokens), a few requests' KV
 # The azure-trace tests share one run (one compilation per process): the six organisations and naive HBF with a
 # small KV room on one knob axis, common random numbers (see _organisations)

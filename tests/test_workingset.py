@@ -14,6 +14,11 @@ from hbfjax.flash.reads import workingset as ws
 PLANES = 256
 
 
+# jitted once each for the hand-stepped checks (eagerly every call dispatched its primitives one by one)
+_event = jax.jit(ws.event, static_argnums=4)
+_active_planes = jax.jit(ws.active_planes, static_argnums=3)
+
+
 def _config(**over):
     base = dict(planes=PLANES, slots=8, max_logical_pages=64, max_pages_per_logical=2, chunk_logical_pages=8,
                 chunks_per_wave=8, measurements=3, events_per_measurement=2, warmup_events=8)
@@ -62,7 +67,7 @@ def test_least_loaded_allocation_keeps_groups_within_one_logical_page():
     state = ws.init_state(config)
     words = (jnp.uint32(0), jnp.int32(0))
     for _ in range(config.slots):
-        state = ws.event(words, state, _inputs(), knobs, config)
+        state = _event(words, state, _inputs(), knobs, config)
     used = np.asarray(state.group_load)[: PLANES // 16]
     assert used.max() - used.min() <= 2
 
@@ -122,15 +127,15 @@ def test_plane_groups_of_all_planes_with_one_page_per_logical_page_place_as_rand
     state = ws.init_state(config_g)
     words = (jnp.uint32(3), jnp.int32(1))
     for _ in range(12):
-        state = ws.event(words, state, _inputs(), knobs, config_g)
+        state = _event(words, state, _inputs(), knobs, config_g)
     assert int(ws.pages_per_logical(knobs, config_g)) == 1
-    group, valid = ws.active_planes(words, state, knobs, config_g)
-    rand, valid_r = ws.active_planes(words, state, knobs, config_r)
+    group, valid = _active_planes(words, state, knobs, config_g)
+    rand, valid_r = _active_planes(words, state, knobs, config_r)
     np.testing.assert_array_equal(np.asarray(valid), np.asarray(valid_r))
     assert int(np.asarray(valid).sum()) > 100  # the comparison covers real pages
     np.testing.assert_array_equal(np.asarray(group)[np.asarray(valid)], np.asarray(rand)[np.asarray(valid)])
     # and a smaller group does place differently (the check can fail)
-    small = ws.active_planes(words, state, dataclasses.replace(knobs, placement=c.PlacementKnobs.make(16, 1, 64)),
+    small = _active_planes(words, state, dataclasses.replace(knobs, placement=c.PlacementKnobs.make(16, 1, 64)),
                              config_g)[0]
     assert not np.array_equal(np.asarray(small)[np.asarray(valid)], np.asarray(rand)[np.asarray(valid)])
 
