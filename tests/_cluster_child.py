@@ -18,6 +18,21 @@ from hbfjax import cluster
 from hbfjax.validate import ConfigError
 
 
+
+LAUNCHER_ENV = ("JAX_", "SLURM_", "OMPI_", "PMIX_", "PMI_", "KUBERNETES_")
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The parent's environment without launcher or proxy settings, importing this checkout's hbfjax."""
+    import os
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(LAUNCHER_ENV) and not k.lower().endswith("_proxy")}
+    env.update(PYTHONPATH=str(Path(__file__).resolve().parents[1]), JAX_PLATFORMS="cpu",
+               XLA_FLAGS=os.environ.get("XLA_FLAGS", ""), **extra)
+    return env
+
 def item_value(i: int) -> int:
     """The tiny deterministic JAX result for work item ``i``: Σ_{k<i+3} k²."""
     import jax.numpy as jnp

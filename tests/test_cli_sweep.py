@@ -18,6 +18,8 @@ from hbfjax.sweep import runner
 from hbfjax.sweep.grid import Point
 from tests._compiles import compilations
 
+from _cluster_child import child_env, free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 # columns that say when and where a row was computed, not what
 RUN_COLUMNS = {"call_wall_s", "call_points", "finished_utc", "device_count", "process_count"}
@@ -104,16 +106,12 @@ def test_a_toml_grid_is_the_same_sweep_as_its_command_line(tmp_path, capsys):
     assert "Options of hbfjax serve" in capsys.readouterr().out
 
 
-def _child_env(**extra) -> dict:
-    return {**os.environ, "PYTHONPATH": str(ROOT), **extra}
-
-
 def test_a_sweep_killed_mid_way_resumes_with_no_row_lost_or_repeated(tmp_path):
     pages = ",".join(str(p) for p in range(4, 52, 4))  # 12 points, each its own shape (one compilation each)
     command = [sys.executable, "-m", "hbfjax", "sweep", *COLLIDE, "--vary", f"pages={pages}", "--quiet"]
     whole, killed = tmp_path / "whole.csv", tmp_path / "killed.csv"
-    subprocess.run(command + ["--out", str(whole)], env=_child_env(), check=True, timeout=300, capture_output=True)
-    child = subprocess.Popen(command + ["--out", str(killed)], env=_child_env(), stdout=subprocess.DEVNULL,
+    subprocess.run(command + ["--out", str(whole)], env=child_env(), check=True, timeout=300, capture_output=True)
+    child = subprocess.Popen(command + ["--out", str(killed)], env=child_env(), stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120
@@ -124,7 +122,7 @@ def test_a_sweep_killed_mid_way_resumes_with_no_row_lost_or_repeated(tmp_path):
         child.wait(timeout=60)
     rows_at_kill = killed.read_bytes().count(b"\n") - 1
     assert 3 <= rows_at_kill < 12, rows_at_kill  # killed mid-sweep
-    subprocess.run(command + ["--out", str(killed)], env=_child_env(), check=True, timeout=300, capture_output=True)
+    subprocess.run(command + ["--out", str(killed)], env=child_env(), check=True, timeout=300, capture_output=True)
     resumed = _table(killed)
     assert len(resumed) == 12 and resumed["key"].is_unique
     _same(resumed, _table(whole))
@@ -155,7 +153,7 @@ def test_serve_knob_axes_compile_once_equal_single_runs_on_one_or_four_devices_a
     # the stream axis sharded over 4 devices (2 streams padded to 4): the same rows
     flags = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
     subprocess.run([sys.executable, "-m", "hbfjax", *sweep, "--out", str(tmp_path / "four.csv")], check=True,
-                   env=_child_env(XLA_FLAGS=flags.strip()), timeout=300, capture_output=True)
+                   env=child_env(XLA_FLAGS=flags.strip()), timeout=300, capture_output=True)
     four = _table(tmp_path / "four.csv")
     assert set(four["device_count"].dropna()) == {4} and set(t["device_count"]) == {1}
     _same(everything, four)
@@ -187,15 +185,13 @@ def test_points_per_call_is_validated(bad, capsys, tmp_path):
 def test_two_processes_write_the_table_one_process_writes(tmp_path):
     """Points shared round robin between two processes on 127.0.0.1 (3 and 2 of 5, each its own shape);
     process 0 gathers the rows into the one table."""
-    from _cluster_child import free_port
-
     command = [sys.executable, "-m", "hbfjax", "sweep", *COLLIDE, "--vary", "pages=8,16,24,32,40", "--quiet", "--json"]
-    subprocess.run(command + ["--out", str(tmp_path / "one.csv")], env=_child_env(), check=True, timeout=300,
+    subprocess.run(command + ["--out", str(tmp_path / "one.csv")], env=child_env(), check=True, timeout=300,
                    capture_output=True)
     port = free_port()
     children = [subprocess.Popen(command + ["--out", str(tmp_path / f"two-{k}.csv"), "--coordinator",
                                             f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(k)],
-                                 env=_child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                 env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
                 for k in (0, 1)]
     try:
         outputs = [c.communicate(timeout=180) for c in children]

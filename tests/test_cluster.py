@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
@@ -22,7 +21,6 @@ import _cluster_child as child
 ROOT = Path(__file__).resolve().parents[1]
 CHILD = Path(__file__).with_name("_cluster_child.py")
 TIMEOUT_S = 60  # per job: a hung collective fails the test instead of blocking CI
-LAUNCHER_ENV = ("JAX_", "SLURM_", "OMPI_", "PMIX_", "PMI_", "KUBERNETES_")
 
 
 @pytest.fixture
@@ -110,14 +108,6 @@ def test_cluster_refuses_impossible_places(fields, message):
         Cluster(*fields)
 
 
-def _child_env(**extra: str) -> dict[str, str]:
-    """The parent's environment without launcher or proxy settings, importing this checkout's hbfjax."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(LAUNCHER_ENV) and not k.lower().endswith("_proxy")}
-    env.update(PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu", XLA_FLAGS=os.environ.get("XLA_FLAGS", ""), **extra)
-    return env
-
-
 def _run_together(tmp_path: Path, jobs: list[tuple[list[str], dict[str, str]]]) -> list[list[str]]:
     """Start every ``(argv, env)`` child at once; their stdout lines once all exit 0 (killed at the timeout)."""
     procs, logs = [], []
@@ -146,8 +136,8 @@ def _run_together(tmp_path: Path, jobs: list[tuple[list[str], dict[str, str]]]) 
 def test_two_processes_gather_what_one_process_computes(tmp_path):
     n_items, port = 5, child.free_port()
     leader = (["job", str(n_items), "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",
-               "--process-id", "0"], _child_env())
-    other = (["job", str(n_items)], _child_env(JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
+               "--process-id", "0"], child.child_env())
+    other = (["job", str(n_items)], child.child_env(JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
                                                JAX_NUM_PROCESSES="2", JAX_PROCESS_ID="1"))  # from the environment
     lines = _run_together(tmp_path, [leader, other])
     assert [len(out) for out in lines] == [1, 1]  # stdout is the JSON line alone (gloo's banner goes to stderr)
@@ -167,7 +157,7 @@ def test_two_processes_gather_what_one_process_computes(tmp_path):
 
 def test_connect_refuses_after_jax_started_and_auto_outside_a_job(tmp_path):
     late, auto = (json.loads(out[-1])["error"]
-                  for out in _run_together(tmp_path, [(["late"], _child_env()), (["auto"], _child_env())]))
+                  for out in _run_together(tmp_path, [(["late"], child.child_env()), (["auto"], child.child_env())]))
     assert late.startswith("RuntimeError: jax.distributed.initialize() must be called before any JAX calls")
     assert auto.startswith("ConfigError: --coordinator = 'auto':")
     assert "No SLURM or Open MPI job detected" in auto
