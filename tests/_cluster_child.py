@@ -30,7 +30,8 @@ def child_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(LAUNCHER_ENV) and not k.lower().endswith("_proxy")}
     env.update(PYTHONPATH=str(Path(__file__).resolve().parents[1]), JAX_PLATFORMS="cpu",
-               XLA_FLAGS=os.environ.get("XLA_FLAGS", ""), **extra)
+               XLA_FLAGS=os.environ.get("XLA_FLAGS", ""))
+    env.update(extra)
     return env
 
 def item_value(i: int) -> int:
