@@ -183,6 +183,19 @@ def test_replicated_weights_split_to_balance_by_hand():
     assert float(d.replicated_read(10e6, tiny(direct_gbps=0.0, shared_array_rate=1.0)).read_us) == pytest.approx(10.0)
 
 
+def test_an_hbf_only_read_puts_no_byte_on_hbm():
+    """HBM carries its own and the replicated bytes only: an HBF-only read reports exactly 0 HBM bytes, on
+    an organisation with HBM (DASH) and without (HBFlex's all-HBF package), at sizes where the split's
+    bound total − hbf · t would leave float32 rounding on the HBM side."""
+    from hbfjax.memory import hbf_packages
+
+    sizes = jnp.asarray(np.geomspace(1.0, 3e10, 97), jnp.float32)
+    for org in (o.dash(), hbf_packages.hbflex().org):
+        r = jax.jit(jax.vmap(lambda f: d.parallel_read(0.0, f, org)))(sizes)
+        np.testing.assert_array_equal(np.asarray(r.hbm_bytes), 0.0)
+        np.testing.assert_array_equal(np.asarray(r.hbf_bytes), np.asarray(sizes))
+
+
 def test_parallel_read_time_equals_the_linear_program_over_link_flows():
     linprog = pytest.importorskip("scipy.optimize").linprog
     rng = np.random.default_rng(5)

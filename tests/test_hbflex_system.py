@@ -1,4 +1,5 @@
-"""The HBFlex organisations served on the engine (hbfjax.serve.hbflex_system): hand-traced reuse and
+"""The HBFlex organisations served on the engine with HBFlex's parts (``hbfjax.serve.engine``,
+``ServeConfig.parts = parts.ORDER``): hand-traced reuse and
 write stalls, H3's HBM-only request KV, eviction under a small KV room, Little's law, one compilation
 for the six organisations on common random numbers (the tabulated wave law against exact draws is in
 tests/test_wave.py)."""
@@ -17,8 +18,8 @@ from conftest import real_trace_or_skip
 from hbfjax import batch as hb
 from hbfjax import clock, traces
 from hbfjax.memory import hbf_packages as hp
-from hbfjax.serve import hbflex_system as hs
-from hbfjax.serve import metrics, system
+from hbfjax.serve import engine, metrics, parts, report
+from hbfjax.serve.parts.reads import ReadsConfig, read_laws
 from hbfjax.serve.state import BatcherConfig, BatcherKnobs
 from hbfjax.workload import timing
 from hbfjax.workload import requests as rq
@@ -27,17 +28,27 @@ CHUNK = 64
 
 
 def _config(requests: int, slots: int = 4, model=GQA, replay: str = "exact", wave_draw: str = "table"):
-    serve = system.ServeConfig(model=model, batcher=BatcherConfig(slots=slots),
-                               requests=rq.RequestsConfig(requests, arrivals="trace", replay=replay),
-                               max_pass_tokens=system.pass_token_bound(slots, CHUNK, 4 * CHUNK), max_iterations=20_000,
-                               scan_chunk=16)
-    return hs.HbflexConfig(serve=serve, wave_draw=wave_draw)
+    return engine.ServeConfig(model=model, batcher=BatcherConfig(slots=slots),
+                              requests=rq.RequestsConfig(requests, arrivals="trace", replay=replay),
+                              max_pass_tokens=engine.pass_token_bound(slots, CHUNK, 4 * CHUNK), max_iterations=20_000,
+                              scan_chunk=16, parts=parts.ORDER, reads=ReadsConfig(wave_draw=wave_draw))
 
 
 def _knobs(name: str, kv_room_bytes=None, package=None):
-    return hs.HbflexKnobs.make(package or hp.package(name), timing.GpuKnobs.make("h200"),
-                               BatcherKnobs.make(chunk_tokens=CHUNK, token_budget=4 * CHUNK), rq.RequestKnobs.make(),
-                               kv_room_bytes=kv_room_bytes)
+    pkg = package or hp.package(name)
+    return engine.ServeKnobs.make(pkg.org, timing.GpuKnobs.make("h200"),
+                                  BatcherKnobs.make(chunk_tokens=CHUNK, token_budget=4 * CHUNK), rq.RequestKnobs.make(),
+                                  policy=pkg.policy, kv_room_bytes=kv_room_bytes)
+
+
+def _inputs(trace, points) -> engine.ServeInputs:
+    """The run's inputs: the trace and the read laws the points need."""
+    return engine.ServeInputs(trace=trace, read_laws=read_laws(points))
+
+
+def _report(out) -> dict:
+    """The parts' per-stream report keys (report.part_keys)."""
+    return report.part_keys(out, parts.ORDER)
 
 
 def _swebench(tmp_path, rows) -> rq.TraceInputs:
@@ -54,14 +65,17 @@ def test_a_later_turn_reuses_its_sessions_retained_kv_in_whole_logical_pages(tmp
     # held 110, prompt − 1 = 149) = 110 tokens, cut to whole 16-token logical pages: 96 reused
     trace = _swebench(tmp_path, [("a", 0.0, 100, 10, 0), ("a", 1000.0, 150, 5, 110)])
     cfg = _config(2)
-    out = hb.run(hs.simulate, 1, 0, _knobs("hbflex"), cfg, inputs=trace)
-    rep = hs.report(out)
+    knobs = _knobs("hbflex")
+    inputs = _inputs(trace, [knobs])  # the page size is not in the read law's key: one law serves both runs
+    out = hb.run(engine.simulate, 1, 0, knobs, cfg, inputs=inputs)
+    rep = _report(out)
     assert rep["prefix_hit_tokens_fraction"][0] == pytest.approx(96 / 250)
-    no_reuse = hb.run(hs.simulate, 1, 0, _knobs("hbflex", package=hp.Package(
-        hp.hbflex().org, hp.hbflex_policy(logical_page_tokens=256))), cfg, inputs=trace)
-    assert hs.report(no_reuse)["prefix_hit_tokens_fraction"][0] == 0.0  # 110 < one 256-token page
+    no_reuse = hb.run(engine.simulate, 1, 0, _knobs("hbflex", package=hp.Package(
+        hp.hbflex().org, hp.hbflex_policy(logical_page_tokens=256))), cfg, inputs=inputs)
+    assert not np.any(out.missing_inputs) and not np.any(no_reuse.missing_inputs)
+    assert _report(no_reuse)["prefix_hit_tokens_fraction"][0] == 0.0  # 110 < one 256-token page
     # the reused tokens are not prefilled: turn 2 needs ceil(54 / 64) = 1 chunk instead of ceil(150 / 64) = 3
-    assert int(no_reuse.serve.iterations[0]) - int(out.serve.iterations[0]) == 2
+    assert int(no_reuse.iterations[0]) - int(out.iterations[0]) == 2
 
 
 AZURE_REQUESTS, STREAMS, SEED = 24, 2, 4
@@ -86,9 +100,11 @@ def _point_knobs(point: str):
 def _organisations():
     """(outputs with the knob axis, compilations it took): every point of :data:`POINTS` on one knob axis."""
     trace, cfg = _azure()
+    points = [_point_knobs(p) for p in POINTS]
     with compilations("simulate") as compiled:
-        out = hb.run(hs.simulate, STREAMS, SEED, hb.stack_knobs([_point_knobs(p) for p in POINTS]), cfg, inputs=trace,
+        out = hb.run(engine.simulate, STREAMS, SEED, hb.stack_knobs(points), cfg, inputs=_inputs(trace, points),
                      knob_axis=True)
+    assert not np.any(out.missing_inputs)
     return out, len(compiled)
 
 
@@ -102,14 +118,14 @@ def test_immediate_writes_stall_one_program_per_layer_and_pass():
     # naive HBF programs each layer's new KV at once: a few pages on distinct planes, one tPROG per layer
     out = _point("naive-hbf")
     t_prog = float(hp.naive_hbf().org.t_prog_us)
-    passes = np.asarray(out.hbf.passes)
-    np.testing.assert_allclose(np.asarray(out.hbf.write_stall_us), passes * GQA.layers * t_prog, rtol=1e-6)
+    passes = np.asarray(out.totals.passes)
+    np.testing.assert_allclose(np.asarray(out.totals.write_stall_us), passes * GQA.layers * t_prog, rtol=1e-6)
     window = _point("hbflex")
-    assert np.all(np.asarray(window.hbf.write_stall_us) == 0.0)  # window-aware: nothing forced at this size
+    assert np.all(np.asarray(window.totals.write_stall_us) == 0.0)  # window-aware: nothing forced at this size
 
 
 def test_h3_keeps_request_kv_in_hbm_and_fills_no_hbf_with_it():
-    t = _point("h3").serve.totals
+    t = _point("h3").totals
     assert np.all(np.asarray(t.prefill_write_bytes) == 0) and np.all(np.asarray(t.writeback_bytes) == 0)
     assert np.all(np.asarray(t.max_kv_hbf_bytes) == 0)
     assert np.all(np.asarray(t.max_kv_hbm_bytes) > 0)
@@ -117,17 +133,17 @@ def test_h3_keeps_request_kv_in_hbm_and_fills_no_hbf_with_it():
 
 def test_a_small_kv_room_evicts_sessions_and_gc_reclaims_their_blocks():
     out = _point(POINTS[-1])  # single-turn requests, each retained after it ends until evicted
-    rep = hs.report(out)
+    rep = _report(out)
     assert np.all(rep["evicted_sessions"] >= 2)
-    assert np.all(np.asarray(out.blocks.blocks.erases).sum(axis=-1) > 0)  # GC erased blocks
+    assert np.all(np.asarray(out.parts["blocks"].final.blocks.erases).sum(axis=-1) > 0)  # GC erased blocks
     assert np.all(rep["waf"] >= 1.0)
-    assert not np.any(np.asarray(out.serve.overflow))
-    held = np.asarray(out.cache.tokens).sum(axis=1)
+    assert not np.any(np.asarray(out.overflow))
+    held = np.asarray(out.parts["sessions"].final.tokens).sum(axis=1)
     assert np.all(held <= 0.90 * ROOM_TOKENS + 1)  # after the last chunk's eviction nothing runs: cache ≤ threshold
 
 
 def test_littles_law_holds_in_an_hbflex_replay():
-    o = _point("hbflex").serve
+    o = _point("hbflex")
     warmup = 8
     stream = metrics.per_stream(metrics.times(o.arrival, o.first_token, o.finish, o.tokens_out, o.valid),
                                 metrics.window(AZURE_REQUESTS, warmup, None))
@@ -144,11 +160,12 @@ def test_six_organisations_compile_once_and_share_their_arrivals():
     trace, cfg = _azure()
     points = [_point_knobs(p) for p in POINTS[::-1]]
     with compilations("simulate") as again_compiled:
-        again = hb.run(hs.simulate, STREAMS, SEED, hb.stack_knobs(points), cfg, inputs=trace, knob_axis=True)
-    assert again_compiled == []  # the same shapes in another order reuse it
-    arrival = np.asarray(clock.to_us(out.serve.arrival))
+        again = hb.run(engine.simulate, STREAMS, SEED, hb.stack_knobs(points), cfg, inputs=_inputs(trace, points),
+                       knob_axis=True)
+    assert again_compiled == []  # the same shapes in another order reuse it (the laws too, in another order)
+    arrival = np.asarray(clock.to_us(out.arrival))
     for k in range(1, len(POINTS)):
         np.testing.assert_array_equal(arrival[:, 0], arrival[:, k])
     # a point's results do not depend on its neighbours on the knob axis (reversed order, same values)
-    np.testing.assert_array_equal(np.asarray(clock.to_us(again.serve.finish))[:, ::-1],
-                                  np.asarray(clock.to_us(out.serve.finish)))
+    np.testing.assert_array_equal(np.asarray(clock.to_us(again.finish))[:, ::-1],
+                                  np.asarray(clock.to_us(out.finish)))

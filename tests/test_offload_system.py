@@ -1,7 +1,7 @@
-"""The CPU-offloading systems served end to end (DASH §VI-C): one Qwen3 pass by hand, the Hybrid
-oracle against both pure systems on every draw, the resident-expert rule and its hypergeometric
-draw, a fixed batch equal to its passes, one compilation for every knob value, and DASH's routing
-draws."""
+"""The CPU-offloading systems served end to end (DASH §VI-C; the engine's ``cpu-offload`` timing,
+``hbfjax.serve.cpu_offload``): one Qwen3 pass by hand, the Hybrid oracle against both pure systems on
+every draw, the resident-expert rule and its hypergeometric draw, a fixed batch equal to its passes,
+one compilation for every knob value, and DASH's routing draws."""
 
 import dataclasses
 import math
@@ -17,8 +17,9 @@ from test_serve_system import CONFIG, _hand_batches
 from hbfjax import batch as hb
 from hbfjax import clock
 from hbfjax.memory import organisations as orgs
-from hbfjax.serve import offload_system as osys
-from hbfjax.serve import layer_time, system
+from hbfjax.serve import cpu_offload as osys
+from hbfjax.serve import engine, layer_time
+from hbfjax.serve.pass_routing import pass_routing
 from hbfjax.serve.state import BatcherConfig, BatcherKnobs
 from hbfjax.validate import ConfigError
 from hbfjax.workload import models, timing
@@ -36,16 +37,28 @@ GEMM_TFLOPS = 1513 / 2 * 0.7
 LAUNCH_US = 4.0
 
 
-def _qwen3_config(slots: int) -> system.ServeConfig:
-    return system.ServeConfig(model=QWEN3, batcher=BatcherConfig(slots=slots),
-                              requests=rq.RequestsConfig(requests=slots, arrivals="batch"), max_pass_tokens=64)
+CPU_CONFIG = dataclasses.replace(CONFIG, parts=(), timing_kind="cpu-offload")  # the CPU systems on CONFIG's batch
 
 
-def _knobs(model, system_name="hybrid", **kw):
-    return osys.OffloadServeKnobs.make(model, "h100-pcie", kw.pop("cores", 32), system_name, **kw)
+def _qwen3_config(slots: int) -> engine.ServeConfig:
+    return engine.ServeConfig(model=QWEN3, batcher=BatcherConfig(slots=slots),
+                              requests=rq.RequestsConfig(requests=slots, arrivals="batch"), max_pass_tokens=64,
+                              parts=(), timing_kind="cpu-offload")
 
 
-_pass = jax.jit(osys.pass_times, static_argnums=4)
+def _knobs(model, system_name="hybrid", batcher=None, requests=None, **kw):
+    """ServeKnobs of a CPU-offloading system (``cpu_offload.CpuKnobs``) on the H100 PCIe."""
+    cpu = osys.CpuKnobs.make(model, "h100-pcie", kw.pop("cores", 32), system_name, **kw)
+    return engine.ServeKnobs.make(None, timing.GpuKnobs.make("h100-pcie"), batcher or BatcherKnobs.make(),
+                                  requests or rq.RequestKnobs.make(), cpu=cpu)
+
+
+def _cdf(model, knobs):
+    """The knobs' law of resident experts among the needed ones."""
+    return jnp.asarray(osys.hypergeometric_cdf(model.routed_experts, int(knobs.cpu.resident_experts)))
+
+
+_pass = jax.jit(osys.pass_times, static_argnums=5)
 
 
 def test_one_qwen3_decode_token_by_hand():
@@ -53,7 +66,8 @@ def test_one_qwen3_decode_token_by_hand():
     moves 8 × 37.7 MB over PCIe then the GPU reads each expert from HBM; CPU compute runs 8 one-row jobs on
     8 of 32 cores, each bound by its core's own DRAM bandwidth."""
     knobs = _knobs(QWEN3, resident=0)
-    out = _pass((jnp.uint32(5), jnp.int32(0)), timing.Batch.make([1025]), jnp.int32(0), knobs, _qwen3_config(1))
+    out = _pass((jnp.uint32(5), jnp.int32(0)), timing.Batch.make([1025]), jnp.int32(0), knobs, _cdf(QWEN3, knobs),
+                _qwen3_config(1))
     expert_bytes = 3 * 4096 * 1536 * 2
     gpu_one = sum((i * o * 2 + (i + o) * 2) / (HBM_GBPS * 1e3) for i, o in ((4096, 3072), (1536, 4096)))
     assert 2 * 4096 * 3072 / (GEMM_TFLOPS * 1e6) < gpu_one  # one row: memory-bound, 23.6 µs
@@ -74,14 +88,15 @@ def test_one_qwen3_decode_token_by_hand():
 
 @pytest.mark.parametrize("draw_kind", ["counts", "tokens"])
 def test_the_hybrid_oracle_is_never_slower_than_either_pure_system(draw_kind):
-    config = system.ServeConfig(model=QWEN3, batcher=BatcherConfig(slots=64), requests=rq.RequestsConfig(requests=64),
-                                max_pass_tokens=64, routing_draw=draw_kind)
+    config = engine.ServeConfig(model=QWEN3, batcher=BatcherConfig(slots=64), requests=rq.RequestsConfig(requests=64),
+                                max_pass_tokens=64, routing_draw=draw_kind, parts=(), timing_kind="cpu-offload")
     knobs = _knobs(QWEN3, cores=8, resident=16)
+    cdf = _cdf(QWEN3, knobs)
 
     def one(tokens, draw):
         batch = timing.Batch(jnp.full(64, 1025, jnp.int32), jnp.arange(64) < tokens, *(jnp.zeros(1, jnp.int32),) * 2,
                              jnp.zeros(1, bool), jnp.zeros(1, bool))
-        return osys.pass_times((jnp.uint32(1), jnp.int32(0)), batch, draw, knobs, config)
+        return osys.pass_times((jnp.uint32(1), jnp.int32(0)), batch, draw, knobs, cdf, config)
 
     tokens = jnp.repeat(jnp.asarray([1, 3, 16, 64]), 4)
     out = jax.jit(jax.vmap(one))(tokens, jnp.arange(tokens.size, dtype=jnp.int32))
@@ -100,13 +115,13 @@ def test_resident_experts_follow_the_stated_hbm_rule():
     assert osys.resident_experts(QWEN3, "h100-pcie", 1152) == 14
     with pytest.raises(ConfigError, match=r"resident_experts.kv_tokens = 400000: non-expert weights"):
         osys.resident_experts(QWEN3, "h100-pcie", 400_000)  # 77 GB of KV
-    with pytest.raises(ConfigError, match=r"OffloadServeKnobs.system = 'dash'"):
+    with pytest.raises(ConfigError, match=r"CpuKnobs.system = 'dash'"):
         _knobs(QWEN3, "dash")
-    with pytest.raises(ConfigError, match=r"OffloadServeKnobs.resident = 129"):
+    with pytest.raises(ConfigError, match=r"CpuKnobs.resident = 129"):
         _knobs(QWEN3, resident=129)
-    with pytest.raises(ConfigError, match=r"OffloadServeKnobs.kv_tokens = None: must be given"):
-        osys.OffloadServeKnobs.make(QWEN3, "h100-pcie", 32, "hybrid")
-    assert int(osys.OffloadServeKnobs.make(QWEN3, kv_tokens=1152).resident_experts) == 14
+    with pytest.raises(ConfigError, match=r"CpuKnobs.kv_tokens = None: must be given"):
+        osys.CpuKnobs.make(QWEN3, "h100-pcie", 32, "hybrid")
+    assert int(osys.CpuKnobs.make(QWEN3, kv_tokens=1152).resident_experts) == 14
 
 
 def test_resident_count_among_needed_experts_is_hypergeometric():
@@ -126,15 +141,18 @@ def test_a_fixed_batch_is_its_passes_and_every_knob_value_shares_one_compilation
     common = dict(batcher=BatcherKnobs.make(chunk_tokens=CHUNK), requests=reqs)
     first = [_knobs(GQA, s, resident=2, **common) for s in osys.SYSTEMS]
     second = [_knobs(GQA, s, resident=3, cores=2, cpu_experts=2, **common) for s in osys.SYSTEMS]
+    # the laws of both resident counts are the inputs of both calls (looked up by value inside the run)
+    inputs = engine.ServeInputs(resident_laws=osys.resident_laws(GQA.routed_experts, [2, 3]))
     with compilations("simulate") as compiled:
-        a = hb.run(osys.simulate, 1, 7, hb.stack_knobs(first), CONFIG, knob_axis=True)
-        b = hb.run(osys.simulate, 1, 7, hb.stack_knobs(second), CONFIG, knob_axis=True)
+        a = hb.run(engine.simulate, 1, 7, hb.stack_knobs(first), CPU_CONFIG, knob_axis=True, inputs=inputs)
+        b = hb.run(engine.simulate, 1, 7, hb.stack_knobs(second), CPU_CONFIG, knob_axis=True, inputs=inputs)
     assert len(compiled) == 1
+    assert not np.any(a.missing_inputs) and not np.any(b.missing_inputs)
     finish = lambda o: np.asarray(clock.to_us(o.finish))[0]  # noqa: E731  [systems, requests] of stream 0
     first_token = np.asarray(clock.to_us(a.first_token))[0]
     words = (jnp.uint32(7), jnp.int32(0))
     for k, knobs in enumerate(first):  # two prefill passes, then OUTPUT − 1 decode passes (mixed: pass 0 of each)
-        us = [float(_pass(words, p, jnp.int32(2 * i), knobs, CONFIG).iteration_us)
+        us = [float(_pass(words, p, jnp.int32(2 * i), knobs, _cdf(GQA, knobs), CPU_CONFIG).iteration_us)
               for i, p in enumerate(_hand_batches())]
         np.testing.assert_allclose(first_token[k], us[0] + us[1], rtol=1e-6)
         np.testing.assert_allclose(finish(a)[k], sum(us), rtol=1e-6)
@@ -149,13 +167,13 @@ def test_dash_and_the_offload_systems_see_the_same_routing_draws(draw_kind):
     config = dataclasses.replace(CONFIG, routing_draw=draw_kind)
     batch = _hand_batches()[2]  # two decode tokens, top-2 of 8 experts: 2-4 needed per layer
     words, draws = (jnp.uint32(9), jnp.int32(3)), jnp.arange(8, dtype=jnp.int32)
-    dash = system.ServeKnobs.make(orgs.dash(), timing.GpuKnobs.make("h100-pcie"), BatcherKnobs.make(),
+    dash = engine.ServeKnobs.make(orgs.dash(), timing.GpuKnobs.make("h100-pcie"), BatcherKnobs.make(),
                                   rq.RequestKnobs.make(batch=B))
-    delivered = jax.jit(jax.vmap(lambda d: system.pass_times(words, batch, d, dash, config)))(draws)
+    delivered = jax.jit(jax.vmap(lambda d: engine.pass_times(words, batch, d, dash, config)))(draws)
     moe = [i for i, k in enumerate(GQA.layer_kinds) if k == "moe"]
     needed = (np.asarray(delivered.expert_direct_bytes) + np.asarray(delivered.expert_relay_bytes))[:, moe]
     knobs = _knobs(GQA, resident=0)
-    r = jax.jit(jax.vmap(lambda d: osys.pass_routing(words, batch, d, knobs, config)))(draws)
+    r = jax.jit(jax.vmap(lambda d: pass_routing(words, batch, d, knobs.routing, config, compact=False)))(draws)
     distinct = np.asarray(r.distinct_experts)  # [draws, L_moe]
     np.testing.assert_allclose(needed / layer_time.expert_bytes(GQA), distinct, rtol=1e-6)
     assert len(np.unique(distinct)) > 1  # the draws differ: the equality is not between constants

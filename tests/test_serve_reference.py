@@ -27,7 +27,7 @@ from _tiny_models import GQA
 from hbfjax import batch as hb
 from hbfjax import clock
 from hbfjax.memory import organisations as orgs
-from hbfjax.serve import layer_time, reference, system
+from hbfjax.serve import engine, layer_time, reference
 from hbfjax.serve.state import BatcherConfig, BatcherKnobs
 from hbfjax.workload import models, routing, timing
 from hbfjax.workload import requests as rq
@@ -41,12 +41,12 @@ QWEN3 = models.preset("qwen3-235b-a22b")
 
 
 def _case(model, arrivals, n, slots, chunk, budget_tokens, mode, prompt, output, rate=1.0, **org_changes):
-    config = system.ServeConfig(model=model, batcher=BatcherConfig(slots=slots, mode=mode),
+    config = engine.ServeConfig(model=model, batcher=BatcherConfig(slots=slots, mode=mode),
                                 requests=rq.RequestsConfig(requests=n, arrivals=arrivals),
                                 max_pass_tokens=slots * chunk + slots, max_iterations=2000, scan_chunk=16)
     req = rq.RequestKnobs.make(rate_per_s=rate, batch=n, prompt=rq.LengthKnobs.make(prompt),
                                output=rq.LengthKnobs.make(output))
-    knobs = [system.ServeKnobs.make(orgs.organisation(name, **org_changes), timing.GpuKnobs.make("h100-pcie"),
+    knobs = [engine.ServeKnobs.make(orgs.organisation(name, **org_changes), timing.GpuKnobs.make("h100-pcie"),
                                     BatcherKnobs.make(chunk_tokens=chunk, token_budget=2 * chunk), req,
                                     hbm_kv_budget_bytes=budget_tokens * model.kv_bytes_per_token) for name in ORGS]
     return config, knobs
@@ -82,7 +82,7 @@ def test_count_draws_equal_the_routing_draws():
 def runs(request):
     streams, make = CASES[request.param]
     config, knobs = make()
-    out = hb.run(system.simulate, streams, SEED, hb.stack_knobs(knobs), config, knob_axis=True)
+    out = hb.run(engine.simulate, streams, SEED, hb.stack_knobs(knobs), config, knob_axis=True)
     refs = {(s, k): reference.serve(s, SEED, kn, config) for s in range(streams) for k, kn in enumerate(knobs)}
     return config, out, refs
 
@@ -112,8 +112,9 @@ def test_totals_equal_the_reference(runs):
     layers = config.model.layers
     rho = _rho(config, layers)
     for (s, k), (res, tot, _) in refs.items():
-        t = {f: float(np.asarray(getattr(out.totals, f))[s, k]) for f in system.Totals._fields}
+        t = {f: float(np.asarray(getattr(out.totals, f))[s, k]) for f in engine.Totals._fields}
         where = f"stream {s} {ORGS[k]}"
+        assert t["passes"] == tot.passes and t["chunk_stall_us"] == 0.0 and t["table_miss_passes"] == 0.0, where
         for name in ("prefill_write_bytes", "writeback_bytes", "program_busy_us", "writeback_passes",
                      "max_kv_hbm_bytes", "max_kv_hbf_bytes"):
             np.testing.assert_allclose(t[name], getattr(tot, name), rtol=4 * EPS, err_msg=f"{name} {where}")

@@ -11,26 +11,27 @@ from _tiny_models import GQA
 from hbfjax import batch as hb
 from hbfjax import clock, rng
 from hbfjax.memory import organisations as orgs
-from hbfjax.serve import layer_time, system
+from hbfjax.serve import engine, layer_time
+from hbfjax.serve.pass_routing import pass_routing
 from hbfjax.serve.state import BatcherConfig, BatcherKnobs
 from hbfjax.workload import requests as rq
 from hbfjax.workload import timing
 
 B, PROMPT, OUTPUT, CHUNK = 2, 8, 3, 4
-CONFIG = system.ServeConfig(model=GQA, batcher=BatcherConfig(slots=B),
+CONFIG = engine.ServeConfig(model=GQA, batcher=BatcherConfig(slots=B),
                             requests=rq.RequestsConfig(requests=B, arrivals="batch"), max_pass_tokens=B * CHUNK + B,
                             max_iterations=100)
 
 
 # one compilation each for the whole module: the one-stream rollout, and the hand timings' per-pass functions
 # (called eagerly they compiled some 230 primitives one by one)
-_SIMULATE = jax.jit(system.simulate, static_argnums=4)
-_PASS_TIMES = jax.jit(system.pass_times, static_argnums=4)
+_SIMULATE = jax.jit(engine.simulate, static_argnums=4)
+_PASS_TIMES = jax.jit(engine.pass_times, static_argnums=4)
 _KV_WRITES = jax.jit(layer_time.kv_writes, static_argnums=4)
 
 
 def _knobs(org, **changes):
-    return system.ServeKnobs.make(org, timing.GpuKnobs.make("h100-pcie"), BatcherKnobs.make(chunk_tokens=CHUNK),
+    return engine.ServeKnobs.make(org, timing.GpuKnobs.make("h100-pcie"), BatcherKnobs.make(chunk_tokens=CHUNK),
                                   rq.RequestKnobs.make(batch=B, prompt=rq.LengthKnobs.make(PROMPT),
                                                        output=rq.LengthKnobs.make(OUTPUT)), **changes)
 
@@ -110,8 +111,8 @@ def test_organisations_on_one_knob_axis_compile_once_and_equal_separate_runs():
     other = hb.stack_knobs([_knobs(orgs.organisation(n, t_read_us=7.0, t_prog_us=400.0), hbm_kv_budget_bytes=1e6)
                             for n in names])  # other knob values, same shapes
     with compilations("simulate") as compiled:
-        both = hb.run(system.simulate, 2, 3, stacked, CONFIG, knob_axis=True)
-        hb.run(system.simulate, 2, 4, other, CONFIG, knob_axis=True)
+        both = hb.run(engine.simulate, 2, 3, stacked, CONFIG, knob_axis=True)
+        hb.run(engine.simulate, 2, 4, other, CONFIG, knob_axis=True)
     assert len(compiled) == 1
     # RelayOnly alone, stream by stream (the one-stream rollout of the tests above: no vmap at all)
     alone = [_SIMULATE(jnp.int32(s), rng.seed_word(3), _knobs(orgs.relay_only()), None, CONFIG) for s in range(2)]
@@ -122,9 +123,9 @@ def test_organisations_on_one_knob_axis_compile_once_and_equal_separate_runs():
 
 def test_bad_serve_config_is_refused():
     with pytest.raises(Exception, match="ServeConfig.max_pass_tokens = 0"):
-        system.ServeConfig(model=GQA, batcher=BatcherConfig(slots=B), requests=CONFIG.requests, max_pass_tokens=0)
+        engine.ServeConfig(model=GQA, batcher=BatcherConfig(slots=B), requests=CONFIG.requests, max_pass_tokens=0)
     with pytest.raises(Exception, match="ServeKnobs.hbm_kv_budget_bytes = -1"):
-        system.ServeKnobs.make(orgs.dash(), timing.GpuKnobs.make(), BatcherKnobs.make(), rq.RequestKnobs.make(),
+        engine.ServeKnobs.make(orgs.dash(), timing.GpuKnobs.make(), BatcherKnobs.make(), rq.RequestKnobs.make(),
                                hbm_kv_budget_bytes=-1)
 
 
@@ -135,7 +136,7 @@ def test_drawing_distinct_counts_matches_drawing_every_token_in_distribution():
     e2e = {}
     for draw in ("counts", "tokens"):
         cfg = dataclasses.replace(CONFIG, routing_draw=draw)
-        out = hb.run(system.simulate, 128, 11, _knobs(orgs.dash()), cfg)
+        out = hb.run(engine.simulate, 128, 11, _knobs(orgs.dash()), cfg)
         e2e[draw] = np.asarray(clock.to_us(out.finish), np.float64).mean(axis=1)
     a, b = e2e["counts"], e2e["tokens"]
     se = np.sqrt(a.var(ddof=1) / a.size + b.var(ddof=1) / b.size)
@@ -147,7 +148,7 @@ def test_drawing_distinct_counts_matches_drawing_every_token_in_distribution():
 @jax.jit
 def _table_iteration_us(words, b, draw, knobs, curves):
     """One pass's iteration time on the measured table (``timing.model_times`` of the pass's routing rows)."""
-    rows = system.pass_routing(words, b, draw, knobs, CONFIG, compact=False).rows
+    rows = pass_routing(words, b, draw, knobs.routing, CONFIG, compact=False).rows
     return timing.model_times(b, rows, knobs.gpu, CONFIG.timing, curves).iteration_us
 
 
@@ -159,14 +160,14 @@ def test_a_measured_table_sets_each_operator_where_it_is_slower_than_delivery():
 
     knobs = _knobs(orgs.dash())
     curves = _gqa_table(scale=1000.0).curves()
-    out = _SIMULATE(jnp.int32(0), jnp.uint32(7), knobs, system.ServeInputs(table=curves), CONFIG)
+    out = _SIMULATE(jnp.int32(0), jnp.uint32(7), knobs, engine.ServeInputs(table=curves), CONFIG)
     words = (jnp.uint32(7), jnp.int32(0))
     expect = sum(float(_table_iteration_us(words, b, 2 * i, knobs, curves)) for i, b in enumerate(_hand_batches()))
     np.testing.assert_allclose(np.asarray(clock.to_us(out.finish)), expect, rtol=1e-6)
     assert float(out.totals.write_stall_us) == 0.0 and float(out.totals.table_miss_passes) == 0.0
     # decode attention measured only up to 2 context tokens: both decode passes fall outside the table
     short = _gqa_table(scale=1000.0, contexts=(1, 2)).curves()
-    out = _SIMULATE(jnp.int32(0), jnp.uint32(7), knobs, system.ServeInputs(table=short), CONFIG)
+    out = _SIMULATE(jnp.int32(0), jnp.uint32(7), knobs, engine.ServeInputs(table=short), CONFIG)
     assert float(out.totals.table_miss_passes) == 2.0
 
 
@@ -177,12 +178,12 @@ def test_organisations_replaying_one_trace_see_the_same_arrivals_and_lengths(tmp
     path = tmp_path / "t.csv"
     path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "\n".join(rows) + "\n")
     trace = rq.TraceInputs.from_trace(traces.load_trace(path), 10)
-    cfg = system.ServeConfig(model=GQA, batcher=BatcherConfig(slots=4), requests=rq.RequestsConfig(10, arrivals="trace"),
+    cfg = engine.ServeConfig(model=GQA, batcher=BatcherConfig(slots=4), requests=rq.RequestsConfig(10, arrivals="trace"),
                              max_pass_tokens=4 * CHUNK + 4, max_iterations=1000)
-    points = [system.ServeKnobs.make(orgs.organisation(n), timing.GpuKnobs.make("h100-pcie"),
+    points = [engine.ServeKnobs.make(orgs.organisation(n), timing.GpuKnobs.make("h100-pcie"),
                                      BatcherKnobs.make(chunk_tokens=CHUNK), rq.RequestKnobs.make())
               for n in ("dash", "relay-only")]
-    out = hb.run(system.simulate, 3, 5, hb.stack_knobs(points), cfg, inputs=trace, knob_axis=True)
+    out = hb.run(engine.simulate, 3, 5, hb.stack_knobs(points), cfg, inputs=trace, knob_axis=True)
     arrival = np.asarray(clock.to_us(out.arrival))
     np.testing.assert_array_equal(arrival[:, 0], arrival[:, 1])  # common random numbers: the same replay phase
     assert not np.array_equal(arrival[0, 0], arrival[1, 0])  # streams start the trace at different phases

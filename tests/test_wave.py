@@ -287,3 +287,29 @@ def test_the_tabulated_law_matches_exact_draws_between_tabulated_sizes():
         lo, hi = np.searchsorted(np.asarray(table.pages), size) - 1, np.searchsorted(np.asarray(table.pages), size)
         gap = abs(float(table.waves[hi].mean() - table.waves[lo].mean()))
         assert abs(float(got.mean()) - e.mean()) <= Z * se + gap, (size, float(got.mean()), e.mean(), gap)
+
+
+def test_the_ideal_of_a_tabulated_draw_never_exceeds_its_waves_and_is_exact_at_tabulated_sizes():
+    """With hot-plane offload a tabulated size's draw can be served wholly from SRAM (0 waves) beside one
+    that is not: the ideal interpolated like the waves keeps waves / ideal >= 1 on every draw, where an
+    ideal of the interpolated sizes (ceil(round(n − offloaded) / P)) fell above the waves."""
+    knobs = w.WaveKnobs.make(balanced=1.0, scheduled=1.0, group_size=8, offload_fraction=0.1)
+    planes = 256
+    table = w.tabulate(knobs, planes)
+    s = table.waves.shape[1]
+    u = (np.arange(s) + 0.5) / s
+    sizes = np.arange(0, planes + 1, dtype=np.float32)
+    both = jax.jit(jax.vmap(jax.vmap(lambda n, q: (w.draw(table, n, q)[0], w.draw_ideal(table, n, q)),
+                                     in_axes=(None, 0)), in_axes=(0, None)))
+    waves, ideal = (np.asarray(a) for a in both(sizes, u))
+    assert np.all(waves >= ideal) and np.all(ideal[0] == 0)
+    tabulated = np.asarray(table.pages).astype(int)
+    expect = np.ceil(np.maximum(np.asarray(table.pages)[:, None] - np.asarray(table.offloaded), 0.0) / planes)
+    np.testing.assert_array_equal(ideal[tabulated], expect)  # at a tabulated size: its draws' own ideal
+    old = np.ceil(np.round(np.maximum(sizes[:, None] - _offloaded_pages(table, sizes, u), 0.0)) / planes)
+    assert np.any(old > waves)  # the rounding the engine used before: an amplification below 1 somewhere
+
+
+def _offloaded_pages(table, sizes, u):
+    return np.asarray(jax.jit(jax.vmap(jax.vmap(lambda n, q: w.draw(table, n, q)[1], in_axes=(None, 0)),
+                                       in_axes=(0, None)))(sizes, u))

@@ -347,7 +347,9 @@ def parallel_read(hbm_only_bytes, hbf_only_bytes, knobs: OrgKnobs, either_bytes=
     total = h + f + e
     # any split within both sides' cuts over read_us is routable (the joint cut holds by construction)
     within_us = jnp.where(jnp.isfinite(read_us), read_us, 0.0) / US_PER_BYTE_AT_1_GBPS  # bytes per GB/s
-    lo = jnp.maximum(h, total - cuts.hbf_gbps * within_us)
+    # HBM carries its own bytes and at most the replicated ones: without the cap, the rounding of
+    # total − hbf · within_us leaves a few ulps of an HBF-only read on an HBM that may not exist
+    lo = jnp.minimum(jnp.maximum(h, total - cuts.hbf_gbps * within_us), h + e)
     hi = jnp.maximum(jnp.minimum(h + e, cuts.hbm_gbps * within_us), lo)
     hbm_bytes = jnp.clip(total * cuts.hbm_gbps / jnp.maximum(cuts.hbm_gbps + cuts.hbf_gbps, 1e-30), lo, hi)
     return ParallelRead(hbm_bytes=hbm_bytes, hbf_bytes=total - hbm_bytes, read_us=read_us,

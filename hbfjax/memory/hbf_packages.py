@@ -172,6 +172,15 @@ def naive_policy(**changes) -> PolicyKnobs:
     return PolicyKnobs.make(**values)
 
 
+def dash_policy(**changes) -> PolicyKnobs:
+    """DASH's KV in HBF as the HBFlex parts would read it (DASH states no placement of KV pages within
+    HBF and no reuse of KV across requests; read only by the parts a DASH organisation is given, e.g.
+    ``--reads planes``): random page placement, no runtime balancing or scheduling, immediate writes
+    (DASH's own writes are the tiers part's direct prefill write and page-wave writeback), one
+    interleaved allocation class, eviction and GC at 90 % (no deferral)."""
+    return naive_policy(**changes)
+
+
 def ablation_stages() -> dict[str, PolicyKnobs]:
     """HBFlex Table 2's cumulative stages, from Naive HBF to HBFlex: + placement and read balancing,
     + window-aware writeback, + lifetime-aware reclamation."""
@@ -251,6 +260,34 @@ def integrated_stack(**changes) -> Package:
 
 PACKAGES: dict[str, Callable[..., Package]] = {
     "hbflex": hbflex, "naive-hbf": naive_hbf, "h3": h3, "fa-cli": fa_cli, "fa-csi": fa_csi, "is": integrated_stack,
+}
+
+
+_HW = "HBFlex §6.1"
+_HBF_STACK = (("hbf_stacks", f"{_HW}: six stack sites per GPU"),
+              ("parallel_units", f"{_HW}: 16 dies × 32 planes per stack (hardware.preset('hbflex'))"),
+              ("t_read_us", f"{_HW}: tR 4 µs"), ("t_prog_us", f"{_HW}: tPROG 75 µs"),
+              ("hbf_write_gbps", f"{_HW}: 27.2 GB/s program bandwidth per stack"),
+              ("hbf_sram_region_bytes", f"{_HW}: 40 MB base-die SRAM per stack, as two regions"))
+_CASCADED = (("hbm_capacity_bytes", f"{_HW} 'normalized configuration': ¼ of a 24 GB HBM3e stack per site"),
+             ("parallel_units", f"{_HW}: ¾ of an HBF stack's planes per site"),
+             ("relay_gbps", "HBF data reach the GPU through the stack's HBM-side interface (interpreted)"))
+_POLICY_HBFLEX = (("policy", "HBFlex §5: plane-balanced placement (G = 32, assumed: one die's planes), hot-plane "
+                             "offload f = 0.1 (§6.5), placement-aware scheduling, window-aware writeback with "
+                             "prefetch, lifetime-aware packing, evict at 90 %, GC at 95 % (§5.4)"),)
+_POLICY_NAIVE = (("policy", "HBFlex §6.3 Naive HBF: random pages, immediate writes, interleaved blocks, GC at "
+                            "eviction"),)
+SOURCES: dict[str, tuple[tuple[str, str], ...]] = {
+    "hbflex": _POLICY_HBFLEX + _HBF_STACK,
+    "naive-hbf": _POLICY_NAIVE + _HBF_STACK,
+    "h3": (("place", "HBFlex §2.3: weights and shared KV in HBF, generated KV in HBM"),) + _POLICY_NAIVE + _CASCADED
+    + _HBF_STACK,
+    "fa-cli": (("hbf_stacks", f"{_HW}: five HBF stacks and one HBM stack beside the GPU"),
+               ("policy", "HBFlex §2.3, §6.2 (interpreted): HBM buffers decode KV and serves hot planes; striping, "
+                          "no scheduling, no window-aware writeback, interleaved blocks")) + _HBF_STACK,
+    "fa-csi": (("policy", "as fa-cli (interpreted)"),) + _CASCADED + _HBF_STACK,
+    "is": (("place", "Yin et al. 2026 as HBFlex describes it (interpreted): KV in HBM, spilled to HBF"),)
+    + _POLICY_NAIVE + _CASCADED + _HBF_STACK,
 }
 
 

@@ -1,28 +1,33 @@
-"""Plain-Python reference of the HBFlex serving step (one stream, loops): the correctness oracle of
-:mod:`hbfjax.serve.hbflex_system` and its speed baseline (DESIGN.md §5 "A plain-Python reference").
+"""Plain-Python reference of the HBFlex serving step (one stream, loops): the correctness oracle of the
+serving engine (:mod:`hbfjax.serve.engine`) run with HBFlex's parts (``ServeConfig.parts =
+parts.ORDER``: tiers, sessions, reads, writes, sram, blocks; :mod:`hbfjax.serve.parts`) and its speed
+baseline (DESIGN.md §5 "A plain-Python reference").
 
 Built on :mod:`hbfjax.serve.reference` (its batcher :func:`reference.simulate` with the ``admit`` and
 ``every_chunk`` hooks, and :class:`reference.ServeStep` for the roofline, the delivery over the link
-network and the DASH write path), it adds in Python floats and loops what ``hbflex_system`` adds
-(HBFlex §3–§5):
+network and the DASH write path), it adds in Python floats and loops what the parts add (HBFlex §3–§5):
 
-* the session cache (``kv_cache``): a finished request's whole KV retained for its session at the next
-  boundary, handed to the earliest new request of the session at admission (its prefix, at most
-  prompt − 1 tokens), shared from a running turn of the same session, rounded down to whole logical
-  pages; LRU eviction by retention order above ``evict_threshold`` of the HBF KV room, once a chunk;
-* the read-wave factor: per pass one wave of ``min(pages, planes)`` pages drawn from the knobs'
-  ``WaveTable`` with the same uniform (``rng.mix(seed, stream, draw, Salt.WAVE_DRAW)``), its sensing
-  rounds against the pages' link time multiplying the HBF share of the attention's KV bytes;
-* the all-HBF writes (``hbf_writes.pass_writes``: immediate, stripe, window with the SRAM budget that
-  prefetch, offloaded pages and the GC buffer leave), layer by layer;
+* the session cache (``parts.sessions``, ``kv_cache``): a finished request's whole KV retained for its
+  session at the next boundary, handed to the earliest new request of the session at admission (its
+  prefix, at most prompt − 1 tokens), shared from a running turn of the same session, rounded down to
+  whole logical pages; LRU eviction by retention order above ``evict_threshold`` of the HBF KV room,
+  once a chunk;
+* the read-wave factor (``parts.reads``): per pass one wave of ``min(pages, planes)`` pages drawn from
+  the run's tabulated law (``ServeInputs.read_laws``, looked up by ``parts.reads.law_key``) with the
+  same uniform (``rng.mix(seed, stream, draw, Salt.WAVE_DRAW)``), its sensing rounds against the
+  pages' link time multiplying the HBF share of the attention's KV bytes; its balanced minimum (the
+  ideal waves) interpolated between the two tabulated draws as the waves are (``wave.draw_ideal``);
+* the all-HBF writes (``parts.writes``, ``hbf_writes.pass_writes``: immediate, stripe, window with the
+  SRAM budget that prefetch, offloaded pages and the GC buffer leave: ``parts.sram``), layer by layer;
 * the KV bytes each session puts in HBF per pass and at retention, appended once per chunk of
-  ``scan_chunk`` loop steps into a Python block store (:class:`BlockStore`: open block per lifetime
-  class, LRU-evicted sessions' pages stale, greedy GC moving valid pages to the open block of their
-  class); the GC time of a chunk added to the next iteration.
+  ``scan_chunk`` loop steps into a Python block store (:class:`BlockStore`; ``parts.blocks``: open
+  block per lifetime class, LRU-evicted sessions' pages stale, greedy GC moving valid pages to the
+  open block of their class); the GC time of a chunk added to the next iteration.
 
-The wave's and the routing's uniforms come from JAX (hashes), as does the tabulated wave law the
-knobs carry; everything else is Python. Where float32 decides a discrete outcome the reference rounds
-as the engine does (the wave interpolation, the block store's pending bytes and GC target).
+The wave's and the routing's uniforms come from JAX (hashes), as does the tabulated wave law of the
+inputs; everything else is Python. Where float32 decides a discrete outcome the reference rounds as
+the engine does (the wave interpolation, the block store's pending bytes and GC target). No SRAM
+split (``ServeKnobs.sram_shares``) and no relaxed run: the reference is of the exact engine.
 """
 
 from __future__ import annotations
@@ -38,10 +43,20 @@ import numpy as np
 from hbfjax import clock, rng
 from hbfjax.memory.organisations import DECODE_KV, HBF
 from hbfjax.salts import Salt
-from hbfjax.serve import hbflex_system, kv_blocks, reference
-from hbfjax.serve.hbflex_system import HbfTotals, HbflexConfig, HbflexKnobs
-from hbfjax.validate import require_choice
+from hbfjax.serve import kv_blocks, reference
+from hbfjax.serve.engine import ServeConfig, ServeInputs, ServeKnobs
+from hbfjax.serve.parts import ORDER, blocks as blocks_part, reads as reads_part, sram as sram_part
+from hbfjax.validate import require, require_choice
 from hbfjax.workload import requests as rq
+
+# what the HBFlex step books beside the serving totals (reference.Totals), by the engine's names: the reads
+# part's totals, the sessions part's, the sram part's, the writes part's, and the engine's own gc (chunk
+# stall), write stall and passes (engine.Totals.chunk_stall_us, write_stall_us, passes)
+HBF_FIELDS = ("read_waves", "ideal_waves", "kv_read_stall_us", "offloaded_bytes",  # parts.reads.ReadTotals
+              "retention_write_bytes", "shared_hit_tokens", "hit_tokens",  # parts.sessions.SessionTotals
+              "sram_overflow_passes", "sram_peak_bytes",  # parts.sram.SramTotals
+              "forced_writebacks",  # parts.writes.WriteTotals
+              "gc_us", "write_stall_us", "passes")  # engine.Totals: chunk_stall_us, write_stall_us, passes
 
 
 class WaveUniforms:
@@ -63,23 +78,44 @@ class WaveUniforms:
         return float(self.u[first][draw - first])
 
 
-def wave_draw(table: dict, pages: float, u: float) -> tuple[float, float]:
-    """(sensing rounds, offloaded pages) of a wave of ``pages`` pages (``wave.draw``): the ``u``-quantile
-    at the two tabulated sizes around it, interpolated linearly in size; 0 for an empty wave.
-
-    In float32, operation for operation as ``wave.draw``: the ideal waves take ``ceil`` of the pages
-    left after the offloaded ones, which an all-offloaded wave leaves at a float32 rounding of 0."""
+def _bracket(table: dict, pages: float, u: float):
+    """(n, idx, lo, hi, t) of ``wave.draw``: the wave's size clipped to [0, P], the ``u``-quantile's
+    sample index and the two tabulated sizes around the size with its weight, in float32 as there."""
     f = np.float32
     n = min(max(f(pages), f(0.0)), table["planes"])
-    if n <= 0:
-        return 0.0, 0.0
     sizes, samples = table["pages"], table["waves"].shape[1]
     idx = min(max(int(f(u) * f(samples)), 0), samples - 1)
     hi = min(max(int(np.searchsorted(sizes, n, side="left")), 1), len(sizes) - 1)
     lo = hi - 1
     t = min(max((n - sizes[lo]) / max(sizes[hi] - sizes[lo], f(1.0)), f(0.0)), f(1.0))
+    return n, idx, lo, hi, t
+
+
+def wave_draw(table: dict, pages: float, u: float) -> tuple[float, float]:
+    """(sensing rounds, offloaded pages) of a wave of ``pages`` pages (``wave.draw``): the ``u``-quantile
+    at the two tabulated sizes around it, interpolated linearly in size; 0 for an empty wave. In
+    float32, operation for operation as ``wave.draw``."""
+    f = np.float32
+    n, idx, lo, hi, t = _bracket(table, pages, u)
+    if n <= 0:
+        return 0.0, 0.0
     mix = lambda a: float((f(1.0) - t) * a[lo, idx] + t * a[hi, idx])  # noqa: E731
     return mix(table["waves"]), mix(table["offloaded"])
+
+
+def wave_ideal(table: dict, pages: float, u: float) -> float:
+    """The balanced minimum of the wave :func:`wave_draw` gives (``wave.draw_ideal``): each of the two
+    tabulated draws' ``ceil((size − offloaded) / P)``, interpolated in size as the waves are (so the
+    waves are never below it: each tabulated draw has waves ≥ its own ideal); 0 for an empty wave.
+    The two ceilings are of whole page counts (exact); the interpolation is float32 as the engine's."""
+    f = np.float32
+    n, idx, lo, hi, t = _bracket(table, pages, u)
+    if n <= 0:
+        return 0.0
+    planes = float(table["planes"])
+    ideal = [f(math.ceil(max(float(table["pages"][k]) - float(table["offloaded"][k, idx]), 0.0) / planes))
+             for k in (lo, hi)]
+    return float((f(1.0) - t) * ideal[0] + t * ideal[1])
 
 
 def host_table(table) -> dict:
@@ -320,17 +356,20 @@ class BlockStore:
 
 
 class HbflexStep(reference.ServeStep):
-    """The composed iteration of ``hbflex_system`` for :func:`reference.simulate` (``step``, ``admit``,
+    """The engine's iteration with HBFlex's parts for :func:`reference.simulate` (``step``, ``admit``,
     ``every_chunk``): the DASH engine's step with the read-wave factor, the all-HBF writes, the
-    session cache and the per-chunk block store (module docstring)."""
+    session cache and the per-chunk block store (module docstring). ``read_table``: the run's
+    tabulated wave law for these knobs (:func:`read_table`)."""
 
-    def __init__(self, knobs: HbflexKnobs, config: HbflexConfig, reqs: rq.Requests, seed: int, stream_id: int):
-        sc, model = config.serve, config.serve.model
-        org_knobs = knobs.serve.org
-        budget = float(np.asarray(knobs.serve.hbm_kv_budget_bytes))
+    def __init__(self, knobs: ServeKnobs, config: ServeConfig, reqs: rq.Requests, seed: int, stream_id: int,
+                 read_table):
+        model = config.model
+        org_knobs = knobs.org
+        budget = float(np.asarray(knobs.hbm_kv_budget_bytes))
         hbm_tokens, hbf_derived, unit = reference.capacity_tokens(model, org_knobs, budget)
-        draws = reference.CountDraws(sc, seed, stream_id) if model.is_moe else None
-        super().__init__(model, org_knobs, knobs.serve.gpu, sc.batcher.mode, hbm_tokens, unit, draws)
+        self.hbm_tokens = hbm_tokens
+        draws = reference.CountDraws(config, seed, stream_id) if model.is_moe else None
+        super().__init__(model, org_knobs, knobs.gpu, config.batcher.mode, hbm_tokens, unit, draws)
         k, self.p = self.org.k, reference._host(knobs.policy)
         self.planes = k["hbf_stacks"] * k["parallel_units"]
         self.page, self.t_read = k["page_bytes"], k["t_read_us"]
@@ -338,35 +377,32 @@ class HbflexStep(reference.ServeStep):
         self.sram = k["hbf_stacks"] * k["hbf_sram_region_bytes"] * k["hbf_sram_regions"]
         self.hbf_cut = max(self.org.cuts[1], 1e-9)
         self.all_hbf = self.org.place[DECODE_KV][HBF] >= 0.5
-        self.prefetch = self.p["prefetch"] * hbflex_system.prefetch_bytes(model)
-        self.gc_buffer = hbflex_system.GC_BUFFER_BLOCKS * config.pages_per_block * self.page
+        self.prefetch = self.p["prefetch"] * sram_part.prefetch_bytes(model)
+        self.gc_buffer = sram_part.GC_BUFFER_BLOCKS * config.blocks.pages_per_block * self.page
         self.tokens_per_page = int(max(self.p["logical_page_tokens"], 1.0))
-        room = float(np.asarray(knobs.kv_room_bytes))
-        given = int(np.floor(np.float32(room) / np.float32(model.kv_bytes_per_token)))
-        self.room_tokens = min(given, hbf_derived) if room >= 0 else hbf_derived
+        self.room_tokens = reference.room_tokens(model, knobs, hbf_derived)
         self.write_k = dict(buffered=self.p["buffered"] > 0.5, window_aware=self.p["window_aware"] > 0.5,
                             stripe_pages=self.p["group_size"], planes=self.planes, page_bytes=self.page,
                             t_prog_us=k["t_prog_us"], write_gbps=self.write_gbps)
-        self.table = host_table(knobs.read_table)
+        self.table = host_table(read_table)
         self.uniforms = WaveUniforms(seed, stream_id)
         host = lambda a: np.asarray(a).tolist()  # noqa: E731
         self.session, self.prefix = host(reqs.session), host(reqs.prefix_tokens)
         self.prompt, self.output = host(reqs.prompt_tokens), host(reqs.output_tokens)
         self.cache, self.buffer_bytes, self.gc_pending_us, self.running_kv = SessionCache(), 0.0, 0.0, 0
-        self.hbf = dict.fromkeys(HbfTotals._fields, 0.0)
+        self.hbf = dict.fromkeys(HBF_FIELDS, 0.0)
         self.block_bytes = {}  # session -> KV bytes put in HBF since the last chunk
-        self.last_requests = [-1] * sc.batcher.slots
-        # the scaled block store, one scaled page standing for the room's share (hbflex_system.blocks_knobs)
-        space = hbflex_system.Room(jnp.int32(self.room_tokens), float(model.kv_bytes_per_token))
-        self.bk = hbflex_system.blocks_knobs(knobs, space, config)
+        self.last_requests = [-1] * config.batcher.slots
+        # the scaled block store, one scaled page standing for the room's share (parts.blocks.store_knobs)
+        bc = config.blocks.store(sessions=config.requests.requests)
+        self.bk = blocks_part.store_knobs(knobs, jnp.int32(self.room_tokens), model, bc)
         f = np.float32
         starts = [f(sec) * f(1e6) + f(us) for sec, us in zip(np.asarray(reqs.root_start.s), np.asarray(reqs.root_start.us))]
-        self.blocks = BlockStore(config.kv_blocks, self.bk, starts)
+        self.blocks = BlockStore(bc, self.bk, starts)
         self.bytes_per_page = float(np.float32(self.bk.bytes_per_page))
-        self.ideal_slack = 0.0  # Σ layers × reads over passes whose wave is wholly offloaded (ideal_waves' ties)
         self.read_scale_us = 0.0  # Σ layers × (wave µs + bytes µs): the scale of kv_read_stall_us's cancellation
 
-    # --- admission (hbflex_system.mechanism's admit) ------------------------------------------------
+    # --- admission (the parts' admit hooks: tiers, sessions, blocks) ---------------------------------
     def admit(self, requests: list, new: list, kv_tokens: list, now) -> list:
         finished = [(self.session[q], self.prompt[q] + self.output[q], self.hbm.get(q, 0))
                     for q, r in zip(self.last_requests, requests) if q >= 0 and q != r]
@@ -388,6 +424,7 @@ class HbflexStep(reference.ServeStep):
             shared = max(min(self.prefix[q], running, self.prompt[q] - 1) - got, 0)
             self.hbf["shared_hit_tokens"] += shared
             reused.append((got + shared) // self.tokens_per_page * self.tokens_per_page)
+        self.hbf["hit_tokens"] += sum(reused)
         return reused
 
     # --- one iteration ------------------------------------------------------------------------------
@@ -399,7 +436,7 @@ class HbflexStep(reference.ServeStep):
         return gc_us + super().__call__(requests, kv_tokens, batch, iteration)
 
     def one_pass(self, requests: list, kv_tokens: list, batch, draw: int) -> float:
-        """µs of one non-empty pass (``hbflex_system.mechanism``'s ``one_pass``), booking its totals."""
+        """µs of one non-empty pass (the engine's pass with HBFlex's parts), booking its totals."""
         m, p, page, planes = self.m, self.p, self.page, self.planes
         ps = reference._pass_shape(batch)
         hbf_before = {q: kv - self.hbm.get(q, 0) for q, kv in zip(requests, kv_tokens) if q >= 0}
@@ -407,8 +444,9 @@ class HbflexStep(reference.ServeStep):
                       if q >= 0 and (batch.decode_mask[i] or batch.chunk_mask[i]))
         pages = math.ceil(reading * m.kv_layer / page)
         n_wave = min(pages, planes)
-        waves, offloaded = wave_draw(self.table, n_wave, self.uniforms(draw))
-        ideal = math.ceil(round(max(n_wave - offloaded, 0.0)) / planes) if n_wave > 0 else 0.0
+        u = self.uniforms(draw)
+        waves, offloaded = wave_draw(self.table, n_wave, u)
+        ideal = wave_ideal(self.table, n_wave, u)
         reads = math.ceil(pages / planes)
         to_hbm = p["offload_to_hbm"] * (offloaded / max(n_wave, 1.0) if n_wave > 0 else 0.0)
         wave_us = reads * waves * self.t_read
@@ -446,8 +484,6 @@ class HbflexStep(reference.ServeStep):
         h["ideal_waves"] += layers * reads * ideal
         h["kv_read_stall_us"] += layers * max(wave_us - byte_us, 0.0)
         self.read_scale_us += layers * (wave_us + byte_us)
-        if n_wave > 0 and n_wave - offloaded <= 0:  # all offloaded: ceil of a float32 rounding of 0
-            self.ideal_slack += layers * reads
         h["write_stall_us"] += stall
         h["forced_writebacks"] += hw["forced"]
         h["sram_overflow_passes"] += others > self.sram
@@ -456,7 +492,7 @@ class HbflexStep(reference.ServeStep):
         h["passes"] += 1
         return us
 
-    # --- once per chunk (hbflex_system.mechanism's every_chunk) --------------------------------------
+    # --- once per chunk (the parts' every_chunk hooks: sessions' eviction, blocks' append and GC) -----
     def every_chunk(self) -> None:
         """Block append, LRU eviction, GC; the GC's moved pages read and programmed again, their time
         added to the next iteration."""
@@ -473,27 +509,49 @@ class HbflexStep(reference.ServeStep):
         return dict(self.hbf)
 
 
-def serve(stream_id: int, seed: int, knobs: HbflexKnobs, config: HbflexConfig, trace=None,
+def read_table(knobs: ServeKnobs, inputs: ServeInputs):
+    """The tabulated wave law the engine's reads part looks up for ``knobs`` in ``inputs.read_laws``
+    (``parts.reads.lookup`` by ``parts.reads.law_key``); refused when the inputs lack it."""
+    require(inputs.read_laws is not None, "hbflex_reference.serve", "inputs.read_laws", None,
+            "the run's tabulated wave laws are needed (parts.reads.read_laws)")
+    table, found = reads_part.lookup(inputs.read_laws, reads_part.law_key(knobs.org, knobs.policy))
+    require(bool(found), "hbflex_reference.serve", "inputs.read_laws", "missing",
+            "must hold the law of the knobs' organisation and policy (parts.reads.read_laws([knobs]))")
+    return table
+
+
+def serve(stream_id: int, seed: int, knobs: ServeKnobs, config: ServeConfig, inputs=None,
           max_iterations: int | None = None):
-    """One stream of ``hbflex_system.simulate(stream_id, seed, knobs, trace, config)`` in plain Python:
-    (:class:`reference.Result` with float µs times, :class:`reference.Totals`, the :class:`HbflexStep`,
-    whose ``hbf_totals()`` are the :class:`HbfTotals` fields, ``cache`` the sessions and ``blocks`` the
-    block store; ``loop_s`` is the loop's time without the JAX hashes and block-store calls)."""
-    sc = config.serve
-    require_choice("hbflex_reference.serve", "routing_draw", sc.routing_draw, ("counts",))
-    require_choice("hbflex_reference.serve", "wave_draw", config.wave_draw, ("table",))
-    reqs = rq.generate(stream_id, seed, knobs.serve.requests, trace, sc.requests)
+    """One stream of ``engine.simulate(stream_id, seed, knobs, inputs, config)`` with HBFlex's parts
+    (``config.parts = parts.ORDER``) in plain Python: (:class:`reference.Result` with float µs times,
+    :class:`reference.Totals`, the :class:`HbflexStep`, whose ``hbf_totals()`` are :data:`HBF_FIELDS`,
+    ``cache`` the sessions and ``blocks`` the block store; ``loop_s`` is the loop's time without the
+    JAX hashes and block-store calls). ``inputs``: the run's ``ServeInputs`` (a trace and the read
+    laws; :func:`read_table`)."""
+    c = "hbflex_reference.serve"
+    require(tuple(config.parts) == ORDER, c, "config.parts", config.parts, f"must be HBFlex's parts {ORDER}")
+    require(config.timing_kind == "organisation", c, "config.timing_kind", config.timing_kind, "must be 'organisation'")
+    require_choice(c, "routing_draw", config.routing_draw, ("counts",))
+    require_choice(c, "reads.wave_draw", config.reads.wave_draw, ("table",))
+    require(knobs.sram_shares is None and knobs.relax is None, c, "knobs", "sram_shares/relax",
+            "the reference is of the exact engine without an SRAM split")
+    inputs = inputs if isinstance(inputs, ServeInputs) else ServeInputs(trace=inputs)
+    require(inputs.table is None, c, "inputs.table", "a measured table", "the reference times the roofline only")
+    reqs = rq.generate(stream_id, seed, knobs.requests, inputs.trace, config.requests)
     valid = np.asarray(reqs.valid)
     n = int(valid.sum())
     assert valid[:n].all(), "valid requests must be a prefix"
-    step = HbflexStep(knobs, config, reqs, seed, stream_id)
-    caps = np.asarray(hbflex_system.admission_capacity(knobs, config).kv_capacity_tokens).tolist()
+    step = HbflexStep(knobs, config, reqs, seed, stream_id, read_table(knobs, inputs))
+    # the batcher's tiers (parts.tiers.batcher_knobs): the HBM budget, and the HBF room where running
+    # requests' KV may live in HBF (H3: HBM only)
+    hbf = step.room_tokens if step.p["hbf_request_kv"] > 0 else 0
+    caps = reference.admission_caps(step.hbm_tokens, hbf, knobs.batcher, config.batcher.tiers)
     arrival = clock.to_us(reqs.arrival)[:n]
     t0 = time.perf_counter()
-    result = reference.simulate(arrival, step.prompt[:n], step.output[:n], int(knobs.serve.batcher.chunk_tokens),
-                                int(knobs.serve.batcher.token_budget), caps, sc.batcher,
-                                max_iterations=max_iterations or sc.max_iterations, step=step, admit=step.admit,
-                                every_chunk=step.every_chunk, scan_chunk=sc.scan_chunk)
+    result = reference.simulate(arrival, step.prompt[:n], step.output[:n], int(knobs.batcher.chunk_tokens),
+                                int(knobs.batcher.token_budget), caps, config.batcher,
+                                max_iterations=max_iterations or config.max_iterations, step=step, admit=step.admit,
+                                every_chunk=step.every_chunk, scan_chunk=config.scan_chunk)
     jax_s = step.uniforms.jax_s + (step.draws.jax_s if step.draws is not None else 0.0)
     step.loop_s = time.perf_counter() - t0 - jax_s
     return result, step.totals(), step

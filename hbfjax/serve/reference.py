@@ -7,7 +7,8 @@ Python ints, so the iteration-time function must return whole µs for the two to
 JAX clock is exact for whole µs). The iteration-time function is called on a ``Batch`` of NumPy
 arrays shaped as the JAX one (``[B_max]``, masked), so one callable serves both.
 
-:func:`serve` adds the composed serving step of :mod:`hbfjax.serve.system` (:class:`ServeStep`):
+:func:`serve` adds the composed serving step of :mod:`hbfjax.serve.engine` on a DASH organisation
+(``ServeConfig.parts = ("tiers",)``, :class:`ServeStep`):
 per pass the roofline of every operator, its weights and KV read from HBM and HBF over the link
 network's max flows, the routed experts' Direct/Relay split found by trying every k, where each
 request's KV lives and the page-wave writeback, and the KV writes' exposed stalls, in float µs; the
@@ -200,8 +201,8 @@ def simulate(arrival_us, prompt_tokens, output_tokens, chunk_tokens: int, token_
 
 # --- the composed serving step (issue 11: "a plain-Python reference of the same iteration step") ----
 #
-# What hbfjax.serve.system.simulate composes, rewritten from the formulas in Python floats (float64),
-# one stream, loops over layers, operators and kernels: the GPU roofline per operator
+# What hbfjax.serve.engine.simulate composes with the tiers part, rewritten from the formulas in Python floats
+# (float64), one stream, loops over layers, operators and kernels: the GPU roofline per operator
 # (hbfjax.workload.timing), each operator's weights and KV read from HBM and HBF in parallel over the
 # link network's max flows (computed here by enumerating the network's cuts), routed experts split
 # between Direct and Relay by trying every k, KV residency per request (prefill to HBF, decode to HBM,
@@ -464,7 +465,8 @@ def _expert_op(m: _Model, ps: _Pass, distinct: int, gpu: _Gpu) -> tuple[_Op, int
 
 
 class Totals(NamedTuple):
-    """A run's sums (float64; the fields of ``hbfjax.serve.system.Totals``), the largest Direct bytes
+    """A run's sums (float64; the fields of ``hbfjax.serve.engine.Totals`` but the measured table's
+    misses and the chunk stall, which a DASH organisation on the roofline never has), the largest Direct bytes
     among the expert splits that tie the best time (``expert_direct_bytes`` holds the smallest), and the
     scale of the write stalls' inputs (Σ write + window over the layers with writes: a float32 stall
     is exact to a few ulps of that)."""
@@ -485,10 +487,11 @@ class Totals(NamedTuple):
     max_kv_hbf_bytes: float
     expert_direct_max_bytes: float
     stall_scale_us: float
+    passes: float  # passes with work
 
 
 class ServeStep:
-    """The composed iteration of ``hbfjax.serve.system`` for :func:`simulate`'s ``step``: per pass the
+    """The composed iteration of ``hbfjax.serve.engine`` (the tiers part) for :func:`simulate`'s ``step``: per pass the
     per-layer times on the organisation, the KV residency and writes, and the run's totals.
 
     ``draws(draw, tokens) -> [distinct experts per MoE layer]`` gives the routing draws."""
@@ -645,6 +648,7 @@ class ServeStep:
         s["kv_hbf_byte_us"] += hbf_after * per_token * us
         s["max_kv_hbm_bytes"] = max(s["max_kv_hbm_bytes"], hbm_after * per_token)
         s["max_kv_hbf_bytes"] = max(s["max_kv_hbf_bytes"], hbf_after * per_token)
+        s["passes"] += 1
         self.passes += 1
 
     def __call__(self, requests: list, kv_tokens: list, batch: Batch, iteration: int) -> float:
@@ -674,6 +678,23 @@ def capacity_tokens(model, org_knobs, hbm_budget_bytes: float = -1.0) -> tuple[i
     budget = hbm_budget_bytes if hbm_budget_bytes >= 0 else max(hbm - held[0], 0.0)
     tokens = lambda b: int(min(max(math.floor(b / per_token), 0), 2**30))  # noqa: E731
     return tokens(budget), tokens(max(hbf - held[1], 0.0)), max(math.floor(org.page_wave / per_token), 1)
+
+
+def room_tokens(model, knobs, hbf_derived: int) -> int:
+    """The HBF KV room in tokens (``engine.room_tokens``): what the weights leave (``hbf_derived``), or
+    ``knobs.kv_room_bytes`` where that is given (>= 0) and smaller (float32 division, as the engine's)."""
+    room = float(np.asarray(knobs.kv_room_bytes))
+    given = int(np.floor(np.float32(room) / np.float32(model.kv_bytes_per_token)))
+    return min(given, hbf_derived) if room >= 0 else hbf_derived
+
+
+def admission_caps(hbm_tokens: int, hbf_tokens: int, batcher_knobs, tiers: int) -> list:
+    """The batcher's per-tier KV capacities (``parts.tiers.admission_capacity``): the HBM budget and
+    the HBF room, cut to the batcher's own total where that is smaller (one tier: their sum)."""
+    cap = int(np.asarray(batcher_knobs.kv_capacity_tokens).sum())
+    hbm_cap = min(hbm_tokens, cap)
+    hbf_cap = min(hbf_tokens, cap - hbm_cap)
+    return [hbm_cap + hbf_cap] if tiers == 1 else [hbm_cap, hbf_cap] + [0] * (tiers - 2)
 
 
 class CountDraws:
@@ -712,7 +733,8 @@ class CountDraws:
 
 
 def serve(stream_id: int, seed: int, knobs, config, max_iterations: int | None = None):
-    """One stream of ``hbfjax.serve.system.simulate(stream_id, seed, knobs, None, config)`` in plain
+    """One stream of ``hbfjax.serve.engine.simulate(stream_id, seed, knobs, None, config)`` (a DASH
+    organisation: ``config.parts = ("tiers",)``, its policy DASH's) in plain
     Python: (:class:`Result` with float µs times, :class:`Totals`, the :class:`ServeStep`, whose
     ``loop_s`` is the loop's time without the JAX routing uniforms: the speed baseline). The
     requests are drawn by ``hbfjax.workload.requests.generate`` (inputs, as for the engine); routing
@@ -721,16 +743,15 @@ def serve(stream_id: int, seed: int, knobs, config, max_iterations: int | None =
     from hbfjax.workload import requests as rq  # noqa: PLC0415
 
     require_choice("reference.serve", "routing_draw", config.routing_draw, ("counts",))
+    require_choice("reference.serve", "parts", tuple(config.parts), (("tiers",),))
+    require_choice("reference.serve", "timing_kind", config.timing_kind, ("organisation",))
     reqs = rq.generate(stream_id, seed, knobs.requests, None, config.requests)
     valid = np.asarray(reqs.valid)
     arrival = clock.to_us(reqs.arrival)[valid]
     budget = float(np.asarray(knobs.hbm_kv_budget_bytes))
     hbm_tokens, hbf_tokens, unit = capacity_tokens(config.model, knobs.org, budget)
-    cap = int(np.asarray(knobs.batcher.kv_capacity_tokens).sum())
-    hbm_cap = min(hbm_tokens, cap)
-    hbf_cap = min(hbf_tokens, cap - hbm_cap)
-    tiers = config.batcher.tiers
-    caps = [hbm_cap + hbf_cap] if tiers == 1 else [hbm_cap, hbf_cap] + [0] * (tiers - 2)
+    hbf_room = room_tokens(config.model, knobs, hbf_tokens) if float(np.asarray(knobs.policy.hbf_request_kv)) > 0 else 0
+    caps = admission_caps(hbm_tokens, hbf_room, knobs.batcher, config.batcher.tiers)
     step = ServeStep(config.model, knobs.org, knobs.gpu, config.batcher.mode, hbm_tokens, unit,
                      CountDraws(config, seed, stream_id) if config.model.is_moe else None)
     t0 = time.perf_counter()

@@ -247,16 +247,35 @@ def tabulate(knobs: WaveKnobs, planes: int, seed: int = 0) -> WaveTable:
                      planes=jnp.float32(planes))
 
 
-def draw(table: WaveTable, pages, u) -> tuple[jax.Array, jax.Array]:
-    """(waves, offloaded pages), float32[], of one wave of ``pages`` (0 … P) drawn from ``table`` with the
-    uniform ``u``: the u-quantile at the two tabulated sizes around ``pages``, interpolated linearly
-    in size. An empty wave has 0 waves."""
+def _bracket(table: WaveTable, pages, u):
+    """(n, draw index, lower and upper tabulated size index, interpolation weight) of a wave of ``pages``
+    drawn with the uniform ``u`` (:func:`draw`)."""
     n = jnp.clip(jnp.asarray(pages, jnp.float32), 0.0, table.planes)
     s = table.waves.shape[1]
     idx = jnp.clip((jnp.asarray(u, jnp.float32) * s).astype(jnp.int32), 0, s - 1)
     hi = jnp.clip(jnp.searchsorted(table.pages, n, side="left"), 1, table.pages.shape[0] - 1)
     lo = hi - 1
     t = jnp.clip((n - table.pages[lo]) / jnp.maximum(table.pages[hi] - table.pages[lo], 1.0), 0.0, 1.0)
+    return n, idx, lo, hi, t
+
+
+def draw(table: WaveTable, pages, u) -> tuple[jax.Array, jax.Array]:
+    """(waves, offloaded pages), float32[], of one wave of ``pages`` (0 … P) drawn from ``table`` with the
+    uniform ``u``: the u-quantile at the two tabulated sizes around ``pages``, interpolated linearly
+    in size. An empty wave has 0 waves."""
+    n, idx, lo, hi, t = _bracket(table, pages, u)
     mix_ = lambda a: (1.0 - t) * a[lo, idx] + t * a[hi, idx]  # noqa: E731
     empty = n <= 0
     return jnp.where(empty, 0.0, mix_(table.waves)), jnp.where(empty, 0.0, mix_(table.offloaded))
+
+
+def draw_ideal(table: WaveTable, pages, u) -> jax.Array:
+    """float32[]: the balanced minimum of the wave :func:`draw` gives for the same ``pages`` and ``u``,
+    ceil((size − offloaded) / P) of each of the two tabulated draws interpolated in size exactly as the
+    waves are. Each tabulated draw has waves >= its own ideal, so the interpolated waves are never below
+    the interpolated ideal: the amplification waves / ideal of a drawn wave is >= 1 (an ideal taken from
+    the interpolated sizes could exceed the interpolated waves, which mix a size whose draw is wholly
+    offloaded with one that is not). An empty wave has ideal 0."""
+    n, idx, lo, hi, t = _bracket(table, pages, u)
+    ideal = lambda k: jnp.ceil(jnp.maximum(table.pages[k] - table.offloaded[k, idx], 0.0) / table.planes)  # noqa: E731
+    return jnp.where(n <= 0, 0.0, (1.0 - t) * ideal(lo) + t * ideal(hi))

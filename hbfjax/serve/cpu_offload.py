@@ -1,10 +1,11 @@
-"""The CPU-offloading systems of DASH §VI-C served end to end: an H100 PCIe with no HBF whose expert
-weights do not fit its HBM (``cpu-stream``, ``cpu-compute``, ``hybrid``), on the same batcher and the
-same routing draws as the DASH organisations (:mod:`hbfjax.serve.system`).
+"""The CPU-offloading systems of DASH §VI-C as a timing of the serving engine: an H100 PCIe with no HBF
+whose expert weights do not fit its HBM (``cpu-stream``, ``cpu-compute``, ``hybrid``), on the same
+batcher and the same routing draws as the DASH organisations (``ServeConfig.timing_kind =
+"cpu-offload"`` in :mod:`hbfjax.serve.engine`, with no parts).
 
-**One pass.** Per pass, every MoE layer is routed exactly as :func:`hbfjax.serve.system.pass_times`
-routes it (same words, draw index and calls, so a seed gives DASH and these systems the same routing),
-and the pass takes
+**One pass.** Per pass, every MoE layer is routed exactly as the organisations' timing routes it
+(``pass_routing``: same words, draw index and calls, so a seed gives DASH and these systems the same
+routing), and the pass takes
 
     pass_us = non_expert_us + Σ_MoE layers (expert_launch_us + expert_layer_us[system])
 
@@ -42,9 +43,9 @@ before routing), pinned-memory limits, NUMA effects, the caching of streamed exp
 them), and KV writes (KV lives in HBM and its appends are in the roofline's activation traffic).
 
 Knobs are traced, the system kind included: the three systems (and any core caps or splits) stack on
-one knob axis and share one compilation. The static configuration is DASH's own
-:class:`hbfjax.serve.system.ServeConfig` (no static field is specific to these systems), so one
-config serves both. Units: µs, bytes, FLOPs, GB/s.
+one knob axis and share one compilation (``ServeKnobs.cpu``: :class:`CpuKnobs`). The law of resident
+experts among the needed ones is computed from the knobs inside the run (:func:`resident_cdf`), not
+stored beside them. Units: µs, bytes, FLOPs, GB/s.
 """
 
 from __future__ import annotations
@@ -60,15 +61,27 @@ import numpy as np
 from hbfjax import rng
 from hbfjax.memory import offload
 from hbfjax.salts import Salt
-from hbfjax.serve import batching, layer_time, system
-from hbfjax.serve.state import BatcherKnobs
+from hbfjax.serve import layer_time
+from hbfjax.serve.pass_routing import moe_layer_indices, pass_tokens, pass_routing
 from hbfjax.validate import require, require_choice, require_int, require_real
 from hbfjax.workload import gpus, routing, timing
-from hbfjax.workload import requests as rq
 from hbfjax.workload.models import ModelSpec
 
-# system kinds, the values of OffloadServeKnobs.system
+# system kinds, the values of CpuKnobs.system
 SYSTEMS = ("cpu-stream", "cpu-compute", "hybrid", "hybrid-split")
+DESCRIPTIONS = {
+    "cpu-stream": "Weight streaming: every needed non-resident expert copied over PCIe and computed on the GPU",
+    "cpu-compute": "CPU compute: every needed non-resident expert computed on the host CPU, one expert per core",
+    "hybrid": "Hybrid oracle: the best CPU/GPU split of every layer of every pass (a lower bound)",
+    "hybrid-split": "Hybrid at a fixed split: the cpu_experts needed experts with the fewest rows on the CPU",
+}
+SOURCES = (
+    ("gpu", "DASH §VI-C: an H100 PCIe 80 GB with no HBF (workload.gpus 'h100-pcie')"),
+    ("cpu", "DASH §VI-C: Xeon Platinum 8452Y (memory.cpus 'xeon-8452y')"),
+    ("pcie", "DASH §VI-C: PCIe Gen5 x16 (memory.cpus 'pcie5-x16')"),
+    ("cores", "DASH Fig. 10(b): a 32-core cap"),
+    ("resident_experts", "hbfjax's rule (module docstring): 0.9 of HBM less weights, KV and a staging layer"),
+)
 MEMORY_UTILISATION = (0.9, "vLLM's default gpu_memory_utilization: 10 % of HBM left to the CUDA context and "
                       "activations")
 
@@ -100,29 +113,22 @@ def resident_experts(model: ModelSpec, gpu: gpus.GpuSpec | str, kv_tokens: int,
 
 @jax.tree_util.register_dataclass
 @dataclass(frozen=True)
-class OffloadServeKnobs:
-    """Everything a sweep over the CPU-offloading systems may vary without recompiling."""
+class CpuKnobs:
+    """What a sweep over the CPU-offloading systems may vary without recompiling (``ServeKnobs.cpu``)."""
 
     system: jax.Array  # int32[] index into SYSTEMS
     offload: offload.OffloadKnobs
     resident_experts: jax.Array  # int32[] experts per MoE layer held in GPU HBM
-    resident_cdf: jax.Array  # float32[E + 1, E + 1] hypergeometric_cdf(E, resident_experts), built with it
-    gpu: timing.GpuKnobs
-    batcher: BatcherKnobs
-    requests: rq.RequestKnobs
-    routing: routing.RoutingKnobs
 
     @classmethod
     def make(cls, model: ModelSpec, gpu: str = "h100-pcie", cores: int = 32, system: str = "hybrid", *,
-             kv_tokens: int | None = None, batcher: BatcherKnobs | None = None, requests: rq.RequestKnobs | None = None,
-             routing_knobs: routing.RoutingKnobs | None = None, cpu: str = "xeon-8452y", pcie: str = "pcie5-x16",
-             cpu_experts: int = 0, resident: int | None = None,
-             memory_utilisation: float = MEMORY_UTILISATION[0]) -> "OffloadServeKnobs":
+             kv_tokens: int | None = None, cpu: str = "xeon-8452y", pcie: str = "pcie5-x16", cpu_experts: int = 0,
+             resident: int | None = None, memory_utilisation: float = MEMORY_UTILISATION[0]) -> "CpuKnobs":
         """Knobs of ``system`` (one of :data:`SYSTEMS`) for ``model`` on the ``gpu`` preset with a cap of
         ``cores`` host cores. ``kv_tokens``: KV tokens the run holds in HBM at most (a fixed batch:
         B × (L_in + L_out); online: slots × the longest request), which sets the resident experts
         (:func:`resident_experts`) unless ``resident`` gives them; ``cpu_experts`` is the fixed split
-        of ``hybrid-split``; ``batcher`` and ``requests`` default to their own defaults."""
+        of ``hybrid-split``."""
         c = cls.__name__
         require(isinstance(model, ModelSpec) and model.is_moe, c, "model", getattr(model, "name", model),
                 "must be a MoE ModelSpec")
@@ -135,32 +141,47 @@ class OffloadServeKnobs:
         resident = require_int(c, "resident", resident, 0, model.routed_experts)
         return cls(system=jnp.int32(SYSTEMS.index(kind)),
                    offload=offload.OffloadKnobs.make(cpu, pcie, cores=cores, cpu_experts=cpu_experts),
-                   resident_experts=jnp.int32(resident),
-                   resident_cdf=jnp.asarray(hypergeometric_cdf(model.routed_experts, resident)),
-                   gpu=timing.GpuKnobs.make(gpu),
-                   batcher=BatcherKnobs.make() if batcher is None else batcher,
-                   requests=rq.RequestKnobs.make() if requests is None else requests,
-                   routing=routing.RoutingKnobs.make() if routing_knobs is None else routing_knobs)
+                   resident_experts=jnp.int32(resident))
 
 
 class PassTimes(NamedTuple):
-    """One pass on the CPU-offloading systems."""
+    """One pass on the CPU-offloading systems, with the fields the engine books of any pass's timing
+    (the path bytes and the table flag: zeros here, nothing is read from HBF)."""
 
     non_expert_us: jax.Array  # float32[] every non-expert operator and the LM head
     expert_launch_us: jax.Array  # float32[] the grouped expert kernels' launches, per MoE layer
     experts: offload.LayerTimes  # fields [L_moe]: each MoE layer's expert latency under every scheme
     expert_us: jax.Array  # float32[L_moe] the selected system's expert latency
     iteration_us: jax.Array  # float32[] the pass
+    expert_direct_bytes: jax.Array  # float32[1] 0
+    expert_relay_bytes: jax.Array  # float32[1] 0
+    hbm_read_bytes: jax.Array  # float32[] 0 (the GPU's own HBM traffic is in the roofline)
+    hbf_read_bytes: jax.Array  # float32[] 0
+    table_miss: jax.Array  # bool[] False (the roofline only)
 
 
-def pass_routing(words: tuple, batch: timing.Batch, draw, knobs: OffloadServeKnobs,
-                 config: system.ServeConfig) -> routing.Routing:
-    """Every MoE layer's routing of one pass, drawn as :func:`hbfjax.serve.system.pass_routing` draws it."""
-    return system.pass_routing(words, batch, draw, knobs.routing, config, compact=False)
+class ResidentLaws(NamedTuple):
+    """The laws of resident experts among the needed ones (:func:`hypergeometric_cdf`), tabulated on the
+    host (float64) and stacked on a leading axis, each with the resident count it is for: inputs of a
+    run (``ServeInputs.resident_laws``), looked up by value (:func:`lookup`), so none can be stale."""
+
+    resident: jax.Array  # int32[N]
+    cdf: jax.Array  # float32[N, E + 1, E + 1]
 
 
-def _moe_layers(model: ModelSpec) -> list[int]:
-    return [i for i, k in enumerate(model.layer_kinds) if k == "moe"]
+def resident_laws(experts: int, resident_counts, pad_to: int | None = None) -> ResidentLaws:
+    """The laws for each of ``resident_counts`` (each once) of ``experts`` routed experts, padded to
+    ``pad_to`` laws by repeating the last (host)."""
+    counts = list(dict.fromkeys(int(r) for r in resident_counts))
+    counts += [counts[-1]] * max(0, (pad_to or 0) - len(counts))
+    return ResidentLaws(resident=jnp.asarray(counts, jnp.int32),
+                        cdf=jnp.asarray(np.stack([hypergeometric_cdf(experts, r) for r in counts])))
+
+
+def lookup(laws: ResidentLaws, resident) -> tuple[jax.Array, jax.Array]:
+    """(the law float32[E + 1, E + 1] for ``resident`` experts, bool[] found)."""
+    match = laws.resident == resident
+    return laws.cdf[jnp.argmax(match)], match.any()
 
 
 def hypergeometric_cdf(experts: int, resident: int) -> np.ndarray:
@@ -183,18 +204,19 @@ def resident_needed(u, cdf, needed) -> jax.Array:
     return jnp.sum(cdf[jnp.asarray(needed, jnp.int32)] <= u[..., None], axis=-1, dtype=jnp.int32)
 
 
-def gpu_resident(words: tuple, draw, r: routing.Routing, knobs: OffloadServeKnobs, config: system.ServeConfig):
-    """bool[L_moe, E]: which experts of each MoE layer are in HBM (module docstring)."""
+def gpu_resident(words: tuple, draw, r: routing.Routing, cpu: CpuKnobs, cdf, config):
+    """bool[L_moe, E]: which experts of each MoE layer are in HBM (module docstring; ``cdf``: the law
+    of :func:`hypergeometric_cdf` for ``cpu.resident_experts``)."""
     e = config.model.routed_experts
     ids = jnp.arange(e, dtype=jnp.int32)
-    layers = jnp.asarray(_moe_layers(config.model), jnp.int32)
+    layers = jnp.asarray(moe_layer_indices(config.model), jnp.int32)
     if config.routing_draw == "tokens":
         rank = jax.vmap(lambda layer: routing.expert_rank((*words, layer), config.routing))(layers)
-        return rank < knobs.resident_experts
+        return rank < cpu.resident_experts
     d = r.distinct_experts[:, None]  # the needed experts are ids 0 … d − 1
     u = rng.uniform01(rng.mix(*words, draw, layers, Salt.OFFLOAD_RESIDENT))
-    h = resident_needed(u, knobs.resident_cdf, r.distinct_experts)[:, None]
-    return (ids < h) | ((ids >= d) & (ids < d + knobs.resident_experts - h))
+    h = resident_needed(u, cdf, r.distinct_experts)[:, None]
+    return (ids < h) | ((ids >= d) & (ids < d + cpu.resident_experts - h))
 
 
 def expert_gpu_us(rows, gpu: timing.GpuKnobs, config: timing.TimingConfig) -> jax.Array:
@@ -210,47 +232,30 @@ def select(experts: offload.LayerTimes, kind) -> jax.Array:
     return jnp.stack([experts.stream_us, experts.cpu_compute_us, experts.oracle_us, experts.hybrid_us])[kind]
 
 
-def pass_times(words: tuple, batch: timing.Batch, draw, knobs: OffloadServeKnobs,
-               config: system.ServeConfig) -> PassTimes:
-    """One pass's time on the selected system (module docstring); ``words`` = (seed, stream)."""
-    model, tc = config.model, config.timing
-    r = pass_routing(words, batch, draw, knobs, config)
+def pass_times(words: tuple, batch: timing.Batch, draw, knobs, cdf, config) -> PassTimes:
+    """One pass's time on the selected system (module docstring); ``words`` = (seed, stream), ``knobs``
+    a ``ServeKnobs`` with ``cpu`` set, ``cdf`` its resident law (:func:`lookup`), ``config`` a
+    ``ServeConfig``."""
+    model, tc, cpu = config.model, config.timing, knobs.cpu
+    r = pass_routing(words, batch, draw, knobs.routing, config, compact=False)
     base = timing.step_costs(batch, jnp.zeros((model.routed_experts,), jnp.int32), knobs.gpu, tc)
     non_expert = model.moe_layers * base.moe_layer_us + model.dense_layers * base.dense_layer_us + \
         base.lm_head.time_us
-    tokens = system.pass_tokens(batch)
+    tokens = pass_tokens(batch)
     per_layer = lambda rows, resident, gpu_us: offload.layer_times(  # noqa: E731
         offload.ExpertLayer(tokens=rows, gpu_resident=resident, gpu_us=gpu_us,
                             expert_bytes=jnp.float32(layer_time.expert_bytes(model)),
                             flops_per_row=jnp.float32(expert_flops_per_row(model)),
                             activation_bytes=jnp.float32(model.hidden * tc.activation_bytes), batch_tokens=tokens),
-        knobs.offload)
-    experts = jax.vmap(per_layer)(r.rows, gpu_resident(words, draw, r, knobs, config),
+        cpu.offload)
+    experts = jax.vmap(per_layer)(r.rows, gpu_resident(words, draw, r, cpu, cdf, config),
                                   expert_gpu_us(r.rows, knobs.gpu, tc))
-    expert_us = select(experts, knobs.system)
+    expert_us = select(experts, cpu.system)
     active = r.rows.sum(axis=-1) > 0
     launch = jnp.float32(_expert_matrices(model)) * knobs.gpu.launch_us
     total = non_expert + jnp.sum(jnp.where(active, launch + expert_us, 0.0))
+    zero = jnp.float32(0.0)
     return PassTimes(non_expert_us=non_expert, expert_launch_us=launch, experts=experts, expert_us=expert_us,
-                     iteration_us=total)
-
-
-def simulate(stream_id, seed, knobs: OffloadServeKnobs, inputs, config: system.ServeConfig) -> system.ServeOutput:
-    """Serve one stream's requests on a CPU-offloading system (the batch protocol; ``config`` is the
-    serving configuration DASH runs with, ``inputs`` a trace's ``requests.TraceInputs`` or None)."""
-    require(config.model.is_moe, "offload_system.simulate", "model", config.model.name, "must be a MoE model")
-    reqs = rq.generate(stream_id, seed, knobs.requests, inputs, config.requests)
-    words = (seed, stream_id)
-
-    def pass_us(batch, draw):
-        return pass_times(words, batch, draw, knobs, config).iteration_us
-
-    st = batching.rollout(reqs, knobs.batcher, config.batcher, pass_us, config.max_iterations, config.scan_chunk)
-    return system.ServeOutput(arrival=reqs.arrival, first_token=st.first_token, finish=st.finish,
-                              tokens_out=st.tokens_out, valid=reqs.valid, iterations=st.iterations,
-                              overflow=st.overflow, totals=None)
-
-
-__all__ = ["SYSTEMS", "OffloadServeKnobs", "PassTimes", "resident_experts", "pass_routing",
-           "gpu_resident", "hypergeometric_cdf", "resident_needed", "expert_gpu_us", "expert_flops_per_row", "select",
-           "pass_times", "simulate"]
+                     iteration_us=total, expert_direct_bytes=jnp.zeros(1, jnp.float32),
+                     expert_relay_bytes=jnp.zeros(1, jnp.float32), hbm_read_bytes=zero, hbf_read_bytes=zero,
+                     table_miss=jnp.bool_(False))
