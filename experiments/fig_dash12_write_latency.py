@@ -11,7 +11,7 @@ import pandas as pd
 
 from experiments.common import Comparison, Context, cached_table, save_figure
 from hbfjax import batch
-from hbfjax.workload import scenarios as sc
+from hbfjax.serve import write_scenarios as sc
 from hbfjax.flash.programs import writeback as wb
 from hbfjax.hardware import preset
 

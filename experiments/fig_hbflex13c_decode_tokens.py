@@ -15,7 +15,7 @@ import pandas as pd
 
 from experiments.common import Comparison, Context, cached_table, save_figure
 from hbfjax import traces
-from hbfjax.workload import scenarios as sc
+from hbfjax.serve import write_scenarios as sc
 from hbfjax.workload.replay import session_replay
 
 TITLE = "HBFlex Fig. 13c — decode tokens between consecutive prefill opportunities (SWE-bench replay)"

@@ -8,7 +8,7 @@ import pandas as pd
 
 from experiments.common import Comparison, Context, cached_table, fmt_ci, save_figure
 from hbfjax import batch, traces
-from hbfjax.workload import scenarios as sc
+from hbfjax.serve import write_scenarios as sc
 from hbfjax.flash.programs import writeback as wb
 from hbfjax.stats import mean_ci95
 

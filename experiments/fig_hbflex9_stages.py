@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.common import Comparison, Context, cached_table, save_figure
-from hbfjax.workload import scenarios as sc
+from hbfjax.serve import write_scenarios as sc
 from hbfjax.flash.programs.timeline import apply_prefetch, window_after
 from hbfjax.hardware import preset
 

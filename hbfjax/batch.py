@@ -121,3 +121,18 @@ def cpu_map_streams(streams_per_chunk: int = 256) -> int | None:
 def stack_knobs(points: list) -> Any:
     """Stack a list of knob pytrees into one pytree with a leading knob-point axis."""
     return jax.tree_util.tree_map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *points)
+
+
+def point_outputs(out, k: int, several: bool = True):
+    """Knob point ``k``'s outputs from a run with (``several``) or without a knob axis (the knob axis is
+    the second axis of every output, after the streams)."""
+    return jax.tree_util.tree_map(lambda a: a[:, k], out) if several else out
+
+
+def over_streams(fn: StreamFn, streams: int):
+    """``fn`` vmapped over stream ids ``0 … streams − 1``, un-jitted: ``(seed, knobs, inputs, config) ->
+    outputs[S, ...]``, for callers that trace it inside their own jitted function (a tuning loop's
+    objective). Same streams, same draws as :func:`run`."""
+    ids = jnp.arange(streams, dtype=jnp.int32)
+    per_stream = jax.vmap(fn, in_axes=(0, None, None, None, None))
+    return lambda seed, knobs, inputs, config: per_stream(ids, seed, knobs, inputs, config)

@@ -1,4 +1,5 @@
-"""Invariants every printed result satisfies; ``_common.emit`` refuses to print a result that breaks one.
+"""Invariants every printed result and every sweep row satisfies: ``commands._common.emit`` refuses to print
+a result that breaks one, ``hbfjax.sweep`` records it as a failed row.
 
 A broken invariant means a run measured something meaningless (an int32 count that wrapped, a float
 that overflowed, a ratio over zero samples): the CLI reports it as a ``ConfigError`` naming the
@@ -10,7 +11,10 @@ result field, its value and the rule, exit status 2, and prints nothing. The rul
 * fractions and probabilities lie in [0, 1];
 * ``mean_waves >= ideal_waves`` and ``amplification >= 1`` (waves are never fewer than a perfectly
   balanced read of the same plane pages);
-* ``waf >= 1``, measured from at least one host write (``host_writes >= 1``).
+* ``waf >= 1``, measured from at least one host write (``host_writes >= 1``), and a serving run's
+  ``read_wave_amplification >= 1``; a serving run that wrote no page or read no HBF KV reports them as
+  None (not measured), never as a number;
+* the rules that relate fields apply to the result and to each system of a multi-system result.
 """
 
 from __future__ import annotations
@@ -18,17 +22,24 @@ from __future__ import annotations
 import math
 import numbers
 
+import numpy as np
+
 from hbfjax.validate import ConfigError
 
 # keys that may be None: the exact backlog when λ >= w (no stationary law), no trace file, a trace of one
 # instant (no rate) or without block hashes (trace-info)
 NULLABLE = frozenset({"exact_mean_backlog_pages", "exact_p_backlog_positive", "trace", "arrival_rate_per_s",
-                      "prefix_reusable_block_fraction"})
+                      "prefix_reusable_block_fraction"}
+                     # serving (hbfjax.serve.report): not measured by a run that wrote no page, read no HBF KV,
+                     # or admitted no prompt token
+                     | {f"{p}{k}" for p in ("", "ci95_") for k in ("waf", "read_wave_amplification",
+                                                                    "prefix_hit_tokens_fraction")})
 # tune: an objective to minimise may be a negated throughput, and a tuned point off the grid may beat it
 SIGNED = frozenset({"objective", "grid_best_objective", "gap"})
 FRACTIONS = frozenset({"hot_plane_fraction", "offload_fraction", "p_backlog_positive", "exact_p_backlog_positive",
                        "buffer_overflow_fraction", "effective_spare_factor",
-                       "u_utilization", "prefix_reusable_block_fraction"})
+                       "u_utilization", "prefix_reusable_block_fraction", "kv_read_stall_fraction",
+                       "prefix_hit_tokens_fraction", "slo_attainment"})
 
 
 def _fail(key: str, value, rule: str):
@@ -65,13 +76,49 @@ def check_result(result: dict) -> None:
             _fail(name, value, "must be >= 0 (a count, time, size or ratio)")
         if leaf in FRACTIONS and v > 1:
             _fail(name, value, "a fraction must lie in [0, 1]")
+    _check_relations(result, "")
+    for i, row in enumerate(result.get("systems") or ()):
+        if isinstance(row, dict):
+            _check_relations(row, f"systems[{i}].")
+
+
+def _check_relations(result: dict, prefix: str) -> None:
+    """The rules of the module docstring that relate fields of one result (``prefix``: where it sits)."""
     get = result.get
     if get("mean_waves") is not None and get("ideal_waves") is not None and get("mean_waves") < get("ideal_waves"):
-        _fail("mean_waves", get("mean_waves"), f"must be >= ideal_waves = {get('ideal_waves')}")
-    if get("amplification") is not None and get("amplification") < 1:
-        _fail("amplification", get("amplification"), "must be >= 1")
-    if "waf" in result:
-        if not get("host_writes", 0) >= 1:
-            _fail("waf", get("waf"), f"needs at least one measured host write (host_writes = {get('host_writes')})")
+        _fail(prefix + "mean_waves", get("mean_waves"), f"must be >= ideal_waves = {get('ideal_waves')}")
+    for key in ("amplification", "read_wave_amplification"):
+        if get(key) is not None and get(key) < 1:
+            _fail(prefix + key, get(key), "must be >= 1")
+    if get("waf") is not None:
+        if not (get("host_writes") or 0) >= 1:
+            _fail(prefix + "waf", get("waf"), f"needs at least one measured host write (host_writes = "
+                                              f"{get('host_writes')})")
         if get("waf") < 1:
-            _fail("waf", get("waf"), "must be >= 1")
+            _fail(prefix + "waf", get("waf"), "must be >= 1")
+
+
+def jsonable(value, nonfinite_as_none: bool = True):
+    """``value`` with NumPy scalars and arrays as Python numbers and lists; non-finite floats as None
+    (JSON has no inf or NaN) unless ``nonfinite_as_none`` is False (for the invariant checks)."""
+    if isinstance(value, dict):
+        return {k: jsonable(v, nonfinite_as_none) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v, nonfinite_as_none) for v in value]
+    if isinstance(value, np.ndarray):
+        return jsonable(value.tolist(), nonfinite_as_none)
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (np.floating, float)):
+        v = float(value)
+        return v if math.isfinite(v) or not nonfinite_as_none else None
+    if isinstance(value, np.bool_):
+        return bool(value)
+    return value
+
+
+def checked(result: dict) -> dict:
+    """``result`` as JSON-able values once it satisfies every output invariant
+    (``_invariants.check_result``; a ``ConfigError`` if not)."""
+    check_result(jsonable(result, nonfinite_as_none=False))
+    return jsonable(result)

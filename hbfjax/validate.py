@@ -123,3 +123,11 @@ def number(kind: type = float, lo=None, hi=None, *, lo_open: bool = False, hi_op
     parse.__name__ = "number" if kind is float else "integer"
     parse.kind, parse.lo, parse.hi, parse.lo_open, parse.hi_open = kind, lo, hi, lo_open, hi_open
     return parse
+
+
+class UsageError(Exception):
+    """A command line argparse refuses (unknown option, bad choice, a number out of range)."""
+
+    def __init__(self, prog: str, message: str):
+        super().__init__(message)
+        self.prog = prog

@@ -1,7 +1,7 @@
 """Every numeric option of collide, gc and writeback, fed bad and borderline values generated from the
 argparse parsers themselves: each gets a clean error (exit 2, one line on stderr naming the option, no
 traceback, nothing on stdout) or, where the value is legal, a result that satisfies the output
-invariants (hbfjax.commands._invariants)."""
+invariants (hbfjax.invariants)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 from hbfjax import batch
 from hbfjax.cli import build_parser, main
-from hbfjax.commands._invariants import check_result
+from hbfjax.invariants import check_result
 from hbfjax.flash.programs import backlog as bl
 from hbfjax.validate import ConfigError
 

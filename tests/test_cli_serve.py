@@ -1,22 +1,78 @@
-"""`hbfjax serve` end to end: the documented JSON keys, several systems in one run, clean refusals."""
+"""`hbfjax serve` end to end: every registered system alone and as a sweep point with the same keys, several
+systems in one run, online runs with Little's law and the saturation flag, clean refusals.
+
+Every test serves Qwen3-235B-A22B at the tiny fixed batch ``TINY`` (2 requests of 64 → 4 tokens, 2 streams)
+or its online variant, so that each system kind (DASH's organisations, HBFlex's, the CPU systems)
+compiles once per knob-axis width in the process."""
 
 import json
 
+import pandas as pd
+import pytest
+
 from hbfjax.cli import main
+from hbfjax.commands import _choices as names
+from hbfjax.sweep.table import flatten
+
+TINY = ["--model", "qwen3-235b-a22b", "--batch", "2", "--prompt", "64", "--output", "4", "--streams", "2"]
+ONLINE = ["--prompt", "64", "--output", "4", "--slots", "4", "--streams", "2"]
+
+
+def _json(capsys) -> dict:
+    return json.loads(capsys.readouterr().out)
+
+
+def _metrics(result: dict) -> dict:
+    """A single system's result as the sweep's flat columns, without the run header."""
+    flat = flatten(result)
+    return {k: v for k, v in flat.items() if k not in ("model", "gpu", "streams", "seed", "system")}
+
+
+def test_every_system_runs_alone_and_as_a_sweep_point_with_the_same_keys(capsys, tmp_path):
+    alone = {}
+    for name in names.SYSTEMS:
+        assert main(["serve", "--system", name, *TINY, "--json"]) == 0, name
+        out = _json(capsys)
+        assert out["system"] == name and not out["overflow"]
+        assert out["throughput_tokens_per_s"] > 0 and out["tpot_ms"] > 0
+        alone[name] = _metrics(out)
+    hbflex = alone["hbflex"]
+    # 2 × 68 tokens of KV fill no scaled page of the 3 TB room (1,024 × 32 pages): WAF is not measured, not 1.0
+    assert hbflex["host_writes"] == 0 and hbflex["waf"] is None
+    # HBFlex's hot-plane offload (the hottest 10 % of 3,072 planes) serves every page of these 32-page reads from
+    # SRAM: no sensing round to amplify, so no amplification; random placement without offload has one
+    assert hbflex["read_wave_amplification"] is None and alone["naive-hbf"]["read_wave_amplification"] >= 1.0
+    for name in names.SYSTEMS:  # a system of a kind has its kind's keys
+        kind = "dash" if name in names.DASH_SYSTEMS else "hbflex" if name in names.HBFLEX_SYSTEMS else "cpu"
+        assert ("utilisation.hbf_read" in alone[name]) == (kind != "cpu"), name
+        assert ("waf" in alone[name]) == (kind == "hbflex"), name
+
+    table = tmp_path / "registry.csv"
+    assert main(["sweep", "serve", *TINY, "--vary", "system=" + ",".join(names.SYSTEMS), "--vary", "seed=0,1",
+                 "--out", str(table), "--quiet"]) == 0
+    capsys.readouterr()
+    rows = pd.read_csv(table)
+    rows = rows[rows["row_kind"] == "point"]
+    assert len(rows) == 2 * len(names.SYSTEMS) and set(rows["status"]) == {"ok"}
+    for name, expected in alone.items():
+        row = rows[(rows["system"] == name) & (rows["seed"] == 0)].iloc[0]
+        present = {k for k in rows.columns if not pd.isna(row[k])}
+        assert {k for k, v in expected.items() if v is not None} <= present, name
+        for key in ("throughput_tokens_per_s", "tpot_ms", "p90_ttft_s", "iterations_mean"):
+            assert row[key] == pytest.approx(expected[key], rel=1e-12), (name, key)
 
 
 def test_serve_json_keys_and_several_systems(capsys):
-    args = ["serve", "--system", "dash", "relay-only", "--batch", "2", "--prompt", "64", "--output", "4",
-            "--streams", "2", "--json"]
-    assert main(args) == 0
-    out = json.loads(capsys.readouterr().out)
+    assert main(["serve", "--system", "dash", "relay-only", *TINY, "--json"]) == 0
+    out = _json(capsys)
     assert [s["system"] for s in out["systems"]] == ["dash", "relay-only"]
     for s in out["systems"]:
         for key in ("throughput_tokens_per_s", "e2e_s", "ttft_s", "tpot_ms", "p50_e2e_s", "p90_ttft_s", "p99_tpot_ms",
                     "ci95_e2e_s", "decode_tokens_per_s", "overflow", "write_stall_s", "prefill_write_gb",
-                    "writeback_gb", "mean_kv_hbm_gb", "max_kv_hbf_gb", "utilisation"):
+                    "writeback_gb", "mean_kv_hbm_gb", "max_kv_hbf_gb", "utilisation", "lookahead_effective"):
             assert key in s, key
-        assert not s["overflow"]
+        assert not s["overflow"] and s["lookahead_effective"] is True
+        assert "saturated" not in s and "arrival_rate_per_s" not in s  # a fixed batch has no arrivals
         # 2 prompts × 64 tokens × Qwen3 KV (94 layers, 4 KV heads of 128, K and V, bf16) straight to HBF, none written back (budget far away)
         assert abs(s["prefill_write_gb"] - 2 * 64 * 94 * 4 * 128 * 2 * 2 * 1e-9) < 1e-9 and s["writeback_gb"] == 0.0
         assert set(s["utilisation"]) >= {"expert_direct", "expert_relay", "hbm_read", "hbf_read", "hbf_program"}
@@ -24,23 +80,60 @@ def test_serve_json_keys_and_several_systems(capsys):
     dash, relay = out["systems"]
     assert dash["e2e_s"] <= relay["e2e_s"]
     assert relay["utilisation"]["expert_direct"] == 0.0  # RelayOnly has no Direct path
-    assert out["lookahead_effective"] is True
 
 
-def test_serve_online_reports_littles_law_terms_and_refuses_bad_options(capsys):
-    # the online run of the --load test below (4 slots): one compilation for both in a process
-    assert main(["serve", "--rate", "2", "--requests", "24", "--warmup", "4", "--prompt", "64", "--output", "4",
-                 "--slots", "4", "--streams", "2", "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    assert out["arrival_rate_per_s"] > 0 and out["mean_requests_in_system"] > 0
-    assert main(["serve", "--rate", "2", "--requests", "8", "--warmup", "8"]) == 2
-    assert "--warmup = 8: must be below --requests = 8" in capsys.readouterr().err
-    assert main(["serve", "--system", "dash", "dash"]) == 2
-    assert "each system once" in capsys.readouterr().err
-    assert main(["serve", "--system", "hybrid", "--model", "llama3-8b"]) == 2
-    assert "serve MoE models (llama3-8b is dense)" in capsys.readouterr().err
-    assert main(["serve", "--link-tbps", "0"]) == 2
-    assert "--link-tbps = 0: must be in (0, 1000]" in capsys.readouterr().err
+def test_dash_reads_through_plane_collisions_cost_time_and_report_their_amplification(capsys):
+    assert main(["serve", "--system", "dash", *TINY, "--json"]) == 0
+    linear = _json(capsys)
+    assert main(["serve", "--system", "dash", *TINY, "--reads", "planes", "--json"]) == 0
+    planes = _json(capsys)
+    assert planes["reads"] == "planes" and "read_wave_amplification" not in linear
+    assert planes["read_wave_amplification"] >= 1.0
+    assert planes["tpot_ms"] >= linear["tpot_ms"] and planes["ttft_s"] >= linear["ttft_s"]
+
+
+def test_serve_online_reports_littles_law_and_saturation(capsys):
+    assert main(["serve", "--rate", "2", "--requests", "24", "--warmup", "4", *ONLINE, "--json"]) == 0
+    captured = capsys.readouterr()
+    stable = json.loads(captured.out)
+    assert captured.err == ""
+    for key in ("arrival_rate_per_s", "completion_rate_per_s", "mean_requests_in_system", "saturated"):
+        assert key in stable, key
+    assert stable["saturated"] is False
+    # L = λW over one window, by construction
+    assert stable["mean_requests_in_system"] == pytest.approx(
+        stable["littles_arrival_rate_per_s"] * stable["littles_time_in_system_s"], rel=1e-9)
+    # far beyond capacity (the tiny model at 4 slots serves a few hundred requests/s): the queue grows
+    assert main(["serve", "--rate", "100000", "--requests", "24", "--warmup", "4", *ONLINE, "--json"]) == 0
+    captured = capsys.readouterr()
+    flooded = json.loads(captured.out)
+    assert flooded["saturated"] is True
+    assert "warning: saturated: offered" in captured.err
+    assert flooded["completion_rate_per_s"] < flooded["arrival_rate_per_s"]
+    assert flooded["mean_requests_in_system"] == pytest.approx(
+        flooded["littles_arrival_rate_per_s"] * flooded["littles_time_in_system_s"], rel=1e-9)
+
+
+def test_serve_refuses_bad_and_ignored_options(capsys):
+    refusals = [
+        (["--rate", "2", "--requests", "8", "--warmup", "8"], "--warmup = 8: must be below --requests = 8"),
+        (["--system", "dash", "dash"], "each system once"),
+        (["--system", "hybrid", "--model", "llama3-8b"], "serve MoE models (llama3-8b is dense)"),
+        (["--link-tbps", "0"], "--link-tbps = 0: must be in (0, 1000]"),
+        (["--system", "dash", "--disable", "writeback"], "--disable = 'writeback': applies to HBFlex's organisations"),
+        (["--system", "hbflex", "--concurrency", "8"], "--concurrency = 8.0: needs --trace"),
+        (["--system", "dash", "--cores", "8"], "--cores = 8: applies to the CPU-offloading systems"),
+        (["--warmup", "4"], "--warmup = 4: applies to online runs"),
+        (["--rate", "1", "--rate-factor", "2"], "--rate-factor = 2.0: applies with --trace"),
+        (["--rate", "1", "--batch", "2"], "--batch = 2: applies to a fixed batch"),
+        (["--system", "hybrid", "--reads", "planes"], "--reads planes: applies to DASH's organisations"),
+        (["--system", "nope"], "invalid choice: 'nope'"),
+    ]
+    for args, message in refusals:
+        assert main(["serve", *args]) == 2, args
+        err = capsys.readouterr()
+        assert message in err.err, (args, err.err)
+        assert err.out == ""
 
 
 def test_serve_replays_a_trace_with_slo_goodput(capsys, tmp_path):
@@ -49,17 +142,15 @@ def test_serve_replays_a_trace_with_slo_goodput(capsys, tmp_path):
     path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "\n".join(rows) + "\n")
     assert main(["serve", "--trace", str(path), "--requests", "12", "--warmup", "2", "--slots", "4",
                  "--streams", "2", "--slo-ttft-s", "1000", "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
+    out = _json(capsys)
     assert out["slo_attainment"] == 1.0 and out["goodput_requests_per_s"] > 0
     assert main(["serve", "--trace", str(path), "--rate", "1"]) == 2
     assert "--rate and --trace: give one" in capsys.readouterr().err
 
 
 def test_serve_runs_the_cpu_offloading_baselines_beside_dash(capsys):
-    # DASH and RelayOnly on the first test's fixed batch: its compilation, in a process that ran it
-    assert main(["serve", "--system", "dash", "relay-only", "cpu-stream", "hybrid", "--batch", "2", "--prompt", "64",
-                 "--output", "4", "--streams", "2", "--json"]) == 0
-    out = {s["system"]: s for s in json.loads(capsys.readouterr().out)["systems"]}
+    assert main(["serve", "--system", "dash", "relay-only", "cpu-stream", "hybrid", *TINY, "--json"]) == 0
+    out = {s["system"]: s for s in _json(capsys)["systems"]}
     assert list(out) == ["dash", "relay-only", "cpu-stream", "hybrid"]
     assert "utilisation" in out["dash"] and "utilisation" not in out["hybrid"]
     # the oracle is never slower than streaming, and both are far slower than DASH (DASH §VI-C)
@@ -68,8 +159,8 @@ def test_serve_runs_the_cpu_offloading_baselines_beside_dash(capsys):
 
 def test_serve_offers_a_load_relative_to_the_reference_backlogged_throughput(capsys):
     assert main(["serve", "--load", "0.5", "--load-reference", "relay-only", "--requests", "24", "--warmup", "4",
-                 "--prompt", "64", "--output", "4", "--slots", "4", "--streams", "2", "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
+                 *ONLINE, "--json"]) == 0
+    out = _json(capsys)
     assert out["load_reference"] == "relay-only" and out["reference_backlogged_requests_per_s"] > 0
     assert abs(out["offered_rate_per_s"] - 0.5 * out["reference_backlogged_requests_per_s"]) < 1e-9
     assert main(["serve", "--load", "0.5", "--rate", "1"]) == 2
@@ -78,25 +169,23 @@ def test_serve_offers_a_load_relative_to_the_reference_backlogged_throughput(cap
 
 def test_serve_hbflex_organisations_report_the_hbf_keys_and_refuse_bad_options(capsys, real_trace):
     args = ["serve", "--system", "hbflex", "naive-hbf", "--model", "deepseek-v3", "--trace",
-            str(real_trace("azure_llm_2023_code.csv")),
+            str(real_trace("azure_llm_2023_code.csv")), "--kv-room-gb", "1",
             "--requests", "12", "--warmup", "2", "--slots", "4", "--streams", "2", "--json"]
     assert main(args) == 0
-    out = json.loads(capsys.readouterr().out)
+    out = _json(capsys)
+    for s in out["systems"]:  # a 1 GB room: a scaled page is 30 KB, so the run's KV writes pages
+        assert s["host_writes"] >= 1 and s["waf"] >= 1.0
     assert out["gpu"] == "h200"  # HBFlex §6.1's GPU when only HBFlex organisations are served
     hbflex, naive = out["systems"]
     for s in (hbflex, naive):
-        for key in ("ttft_s", "tpot_ms", "throughput_tokens_per_s", "waf", "read_wave_amplification",
+        for key in ("ttft_s", "tpot_ms", "throughput_tokens_per_s", "waf", "host_writes", "read_wave_amplification",
                     "write_stall_us_per_iteration", "sram_peak_bytes", "prefix_hit_tokens_fraction", "evicted_sessions",
-                    "ci95_waf", "utilisation", "write_stall_s"):
+                    "ci95_waf", "utilisation", "write_stall_s", "saturated"):
             assert key in s, key
     assert naive["write_stall_us_per_iteration"] > hbflex["write_stall_us_per_iteration"]  # immediate vs window
     assert naive["read_wave_amplification"] > hbflex["read_wave_amplification"]  # random vs balanced + runtime
     assert main(args[:-1] + ["--disable", "writeback", "--json"]) == 0
-    off = json.loads(capsys.readouterr().out)["systems"][0]
+    off = _json(capsys)["systems"][0]
     assert off["write_stall_us_per_iteration"] > 0
-    assert main(["serve", "--system", "dash", "--disable", "writeback"]) == 2
-    assert "--disable/--kv-room-gb: apply to the HBFlex organisations" in capsys.readouterr().err
-    assert main(["serve", "--system", "hbflex", "--concurrency", "8"]) == 2
-    assert "--concurrency: needs --trace" in capsys.readouterr().err
     assert main(args[:-1] + ["--disable", "magic"]) == 2
     assert "--disable 'magic': must be among" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""Offered load (hbfjax.serve.load): the backlogged throughput of a constant-pass-time server by hand,
+"""Offered load (hbfjax.sweep.load): the backlogged throughput of a constant-pass-time server by hand,
 the same for a served dense model against one fixed batch, Poisson rates that scale with the load."""
 
 import functools
@@ -11,8 +11,9 @@ import pytest
 from _tiny_models import single_gemm
 from hbfjax import batch, clock
 from hbfjax.memory import organisations as orgs
-from hbfjax.serve import batching, load, system
+from hbfjax.serve import batching, engine
 from hbfjax.serve.state import BatcherConfig, BatcherKnobs
+from hbfjax.sweep import load
 from hbfjax.validate import ConfigError
 from hbfjax.workload import requests as rq
 from hbfjax.workload import timing
@@ -60,10 +61,10 @@ DENSE = single_gemm(256)
 
 
 def _dense(requests: int, max_iterations: int = 1000):
-    config = system.ServeConfig(model=DENSE, batcher=BatcherConfig(slots=SLOTS),
+    config = engine.ServeConfig(model=DENSE, batcher=BatcherConfig(slots=SLOTS),
                                 requests=rq.RequestsConfig(requests=requests, arrivals="poisson"),
                                 max_pass_tokens=SLOTS * CHUNK + SLOTS, max_iterations=max_iterations)
-    knobs = system.ServeKnobs.make(orgs.relay_only(), timing.GpuKnobs.make("h100-pcie"),
+    knobs = engine.ServeKnobs.make(orgs.relay_only(), timing.GpuKnobs.make("h100-pcie"),
                                    BatcherKnobs.make(chunk_tokens=CHUNK),
                                    rq.RequestKnobs.make(rate_per_s=3.0, prompt=rq.LengthKnobs.make(PROMPT),
                                                         output=rq.LengthKnobs.make(OUTPUT)))
@@ -75,9 +76,9 @@ def test_backlogged_rate_of_a_served_dense_model_is_one_fixed_batch_per_cycle():
     4, so the backlogged rate is 4 / (the finish time of one fixed batch of 4, simulated apart)."""
     config, knobs = _dense(R)
     mean, ci = load.backlogged_rate_per_s(knobs, config, streams=2, seed=3, warmup=4, measured=16)
-    fixed = system.ServeConfig(model=DENSE, batcher=config.batcher, requests=rq.RequestsConfig(requests=SLOTS,
+    fixed = engine.ServeConfig(model=DENSE, batcher=config.batcher, requests=rq.RequestsConfig(requests=SLOTS,
                                arrivals="batch"), max_pass_tokens=config.max_pass_tokens)
-    one = batch.run(system.simulate, 1, 3, load.backlogged_knobs(knobs, fixed), fixed)
+    one = batch.run(engine.simulate, 1, 3, load.backlogged_knobs(knobs, fixed), fixed)
     t_batch_s = float(np.max(clock.to_seconds(one.finish)))
     np.testing.assert_allclose(mean, SLOTS / t_batch_s, rtol=1e-5)
     assert ci < 1e-6 * mean  # every stream the same

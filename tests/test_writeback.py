@@ -18,12 +18,12 @@ from _compiles import compilations
 
 from hbfjax import batch, stats
 from hbfjax.flash.programs import backlog as bl
-from hbfjax.workload import scenarios as sc
+from hbfjax.serve import write_scenarios as sc
 from hbfjax.flash.programs import writeback as wb
 from hbfjax.flash.programs.interference import program_pages, read_wait_us
 from hbfjax.flash.programs.timeline import apply_prefetch, make_timeline, window_after
 from hbfjax.flash.programs.reference import reference_plan, reference_rollout
-from hbfjax.workload.scenarios import standard_timeline
+from hbfjax.serve.write_scenarios import standard_timeline
 
 
 def run_one(timeline, policy, iterations=1, seed=0, **flash):

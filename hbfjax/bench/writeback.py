@@ -13,7 +13,7 @@ import numpy as np
 
 from hbfjax import batch
 from hbfjax.bench._timing import row, time_compiled, time_reference
-from hbfjax.workload import scenarios as sc
+from hbfjax.serve import write_scenarios as sc
 from hbfjax.flash.programs import writeback as wb
 from hbfjax.flash.programs.reference import reference_plan, reference_rollout
 

@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import sys
 import time
 
-import jax
-
 from hbfjax import cluster as clusters
 from hbfjax.commands._common import emit
-from hbfjax.sweep import capacity as cap
-from hbfjax.sweep import grid, runner
-from hbfjax.sweep.table import ResultTable
 from hbfjax.validate import ConfigError, number
 
 SWEEPABLE = ("collide", "gc", "serve", "tune", "writeback")  # the subcommands with a compute(args)
@@ -113,7 +109,7 @@ def target_parser(name: str) -> argparse.ArgumentParser:
 
 def _split(args) -> tuple[argparse.Namespace, list[str]]:
     """The sweep's options (wherever they stand after TARGET) and the subcommand's command line."""
-    from hbfjax.cli import UsageError
+    from hbfjax.validate import UsageError
 
     try:
         own, rest = _options_parser().parse_known_args(args.options)
@@ -127,6 +123,8 @@ def _split(args) -> tuple[argparse.Namespace, list[str]]:
 
 
 def _axes(own, parser, command: str) -> tuple[tuple[str, ...], list[grid.Axis]]:
+    from hbfjax.sweep import grid
+
     fixed, specs = [], list(own.vary)
     if own.grid is not None:
         file_command, file_fixed, vary = grid.read_grid_file(own.grid)
@@ -144,11 +142,15 @@ def run(args) -> int:
         print(f"\nOptions of hbfjax {args.target} (fixed, or varied with --vary):\n")
         target_parser(args.target).print_help()
         return 0
+    import jax  # here, not above: the help needs neither JAX nor the sweep machinery
+
+    from hbfjax.sweep import grid, runner
+
     if own.out is None:
         raise ConfigError("--out: give the CSV table to write (or to resume)")
     command = args.target
-    module = __import__(f"hbfjax.commands.{command}", fromlist=["compute"])
     parser = target_parser(command)
+    target = _target(command, parser)
     file_fixed, axes = _axes(own, parser, command)
     fixed, axes = grid.multi_value_axes(parser, tuple(file_fixed) + tuple(rest), axes)
     search = _search(own, command, fixed, axes)
@@ -167,9 +169,9 @@ def run(args) -> int:
         table = _open_table(own, sid, cluster)
         t0 = time.perf_counter()
         if search is None:
-            summary = _plain(command, module, parser, points, per_call, cluster, table, own.quiet, own.per_stream)
+            summary = _plain(target, points, per_call, cluster, table, own.quiet, own.per_stream)
         else:
-            summary = _capacity(command, module, parser, points, per_call, cluster, table, own.quiet, search)
+            summary = _capacity(target, points, per_call, cluster, table, own.quiet, search)
     finally:
         clusters.close(cluster)
     if not cluster.is_leader:
@@ -181,8 +183,19 @@ def run(args) -> int:
     return 1 if failed else 0
 
 
+def _target(command: str, parser) -> runner.Target:
+    """The subcommand as the runner takes it (``serve``'s points stack on a knob axis: it plans)."""
+    from hbfjax.sweep import runner
+
+    module = importlib.import_module(f"hbfjax.commands.{command}")
+    return runner.Target(command, parser, module.compute, getattr(module, "plan", None),
+                         getattr(module, "assemble", None))
+
+
 def _open_table(own, sid: str, cluster) -> ResultTable | None:
     """The leader's table; a refusal (another sweep's file, say) reaches every process, so all stop."""
+    from hbfjax.sweep.table import ResultTable
+
     table, error = None, None
     if cluster.is_leader:
         try:
@@ -195,18 +208,23 @@ def _open_table(own, sid: str, cluster) -> ResultTable | None:
     return table
 
 
-def _plain(command, module, parser, points, per_call, cluster, table, quiet, per_stream) -> dict:
+def _plain(target, points, per_call, cluster, table, quiet, per_stream) -> dict:
+    from hbfjax.sweep import runner
+
     done = set(clusters.broadcast(cluster, sorted(table.done("point")) if cluster.is_leader else None))
     pending = [p for p in points if p.key not in done]
     if cluster.is_leader and done and not quiet:
         print(f"[sweep] resuming {table.path}: {len(points) - len(pending)} of {len(points)} points done",
               file=sys.stderr, flush=True)
-    items = runner.work_items(command, module, parser, points, per_call, done=frozenset(done), per_stream=per_stream)
+    items = runner.work_items(target, points, per_call, done=frozenset(done), per_stream=per_stream)
     runner.execute(items, cluster, table, runner.Progress(len(pending), quiet=quiet or not cluster.is_leader))
     return {"computed_points": len(pending)}
 
 
 def _search(own, command, fixed, axes) -> cap.Search | None:
+    from hbfjax.sweep import capacity as cap
+    from hbfjax.sweep import grid
+
     if not own.capacity:
         if own.slo or own.capacity_rates:
             raise ConfigError("--slo/--capacity-rates: apply with --capacity")
@@ -234,10 +252,13 @@ def _search(own, command, fixed, axes) -> cap.Search | None:
                       own.refine_points)
 
 
-def _capacity(command, module, parser, points, per_call, cluster, table, quiet, search) -> dict:
+def _capacity(target, points, per_call, cluster, table, quiet, search) -> dict:
     """The capacity search's rounds (``hbfjax.sweep.capacity``); every round's probes of every point run
     together, and the leader shares the probe rows so that every process plans the next round alike."""
-    keep = ("status",) + tuple(c for o in search.objectives for c in (o.metric, "ci95_" + o.metric))
+    from hbfjax.sweep import capacity as cap
+    from hbfjax.sweep import runner
+
+    keep = ("status", "saturated") + tuple(c for o in search.objectives for c in (o.metric, "ci95_" + o.metric))
     computed = 0
     for round_ in range(search.refine_rounds + 1):
         rows = table.rows if cluster.is_leader else None
@@ -250,13 +271,13 @@ def _capacity(command, module, parser, points, per_call, cluster, table, quiet, 
         if asked is None:
             break
         done = frozenset(q.key for q in asked if ("probe", q.key) in shared)
-        items = runner.work_items(command, module, parser, asked, per_call, row_kind="probe", done=done)
+        items = runner.work_items(target, asked, per_call, row_kind="probe", done=done)
         progress = runner.Progress(len(asked) - len(done), f"probes (round {round_})", quiet or not cluster.is_leader)
         runner.execute(items, cluster, table, progress)
         computed += len(asked) - len(done)
     if cluster.is_leader:
         cap.require_metrics(search, table.rows)
         done = table.done("capacity")
-        table.append([runner.point_row(command, p, None, result, None, 0.0, 0, row_kind="capacity", check=False)
+        table.append([runner.point_row(target.name, p, None, result, None, 0.0, 0, row_kind="capacity", check=False)
                       for p, result in cap.results(points, search, table.rows) if p.key not in done])
     return {"computed_probes": computed}

@@ -5,14 +5,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-import numpy as np
-
-from hbfjax import batch
+from hbfjax.commands import _choices as names
 from hbfjax.commands._common import PRESET_NAMES, add_common_args, blame, emit, require_applies
-from hbfjax.flash.programs import backlog as bl
-from hbfjax.workload import scenarios as sc
-from hbfjax.flash.programs import writeback as wb
-from hbfjax.reports import fields, mean_ci_fields
 from hbfjax.validate import ConfigError, number, require
 
 HELP = """\
@@ -30,7 +24,7 @@ N ~ Poisson(λ), and prints the Monte Carlo mean backlog beside the exact statio
 """
 
 
-US = number(float, 0.0, wb.MAX_US)  # a duration in µs, finite
+US = number(float, 0.0, names.WRITEBACK_MAX_US)  # a duration in µs, finite
 NONNEG = lambda hi: number(float, 0.0, hi)  # noqa: E731
 SEGMENTS = (("weight-read-us", "attention weight read"), ("qkv-us", "QKV projection compute"),
             ("kv-read-us", "KV read"), ("attention-us", "attention compute"),
@@ -43,18 +37,18 @@ TIMELINE_OPTIONS = ("policy", "preset", "layers", "kv_bytes_per_token", "decode_
 def register(subparsers) -> None:
     p = subparsers.add_parser("writeback", help="KV writeback policies: exposed stall (HBFlex §5.3, DASH §V-B)",
                               description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--policy", choices=wb.POLICIES, default=None,
+    p.add_argument("--policy", choices=names.WRITEBACK_POLICIES, default=None,
                    help="writeback policy (default: window with --preset hbflex, dash-hbm with --preset dash)")
     p.add_argument("--preset", choices=PRESET_NAMES, default=None,
                    help="hardware and scenario: hbflex = DeepSeek-V4-Pro-like decode on the all-HBF package; "
                         "dash = Llama 4 Maverick B=1 decode with HBM spill (default hbflex)")
     g = p.add_argument_group("timeline (per layer; defaults from the preset's scenario)")
-    g.add_argument("--layers", type=number(int, 1, wb.MAX_LAYERS), default=None, help="model layers")
-    g.add_argument("--kv-bytes-per-token", type=NONNEG(wb.MAX_COUNT), default=None,
+    g.add_argument("--layers", type=number(int, 1, names.WRITEBACK_MAX_LAYERS), default=None, help="model layers")
+    g.add_argument("--kv-bytes-per-token", type=NONNEG(names.WRITEBACK_MAX_COUNT), default=None,
                    help="KV bytes per token per layer")
-    g.add_argument("--decode-requests", type=NONNEG(wb.MAX_COUNT), default=None,
+    g.add_argument("--decode-requests", type=NONNEG(names.WRITEBACK_MAX_COUNT), default=None,
                    help="running decode requests (tokens/iteration)")
-    g.add_argument("--prefill-chunk", type=NONNEG(wb.MAX_COUNT), default=None,
+    g.add_argument("--prefill-chunk", type=NONNEG(names.WRITEBACK_MAX_COUNT), default=None,
                    help="prefill chunk tokens (default 512 hbflex)")
     g.add_argument("--prefill-prob", type=NONNEG(1.0), default=None,
                    help="probability in [0, 1] an iteration carries a prefill chunk (default 0.3 hbflex, 0 dash)")
@@ -63,11 +57,11 @@ def register(subparsers) -> None:
     g.add_argument("--prefill-us-per-token", type=US, default=None,
                    help="extra compute per prefill token and layer, µs (split over QKV/attention/FFN as the preset)")
     f = p.add_argument_group("flash and buffers")
-    f.add_argument("--t-prog-us", type=number(float, 0.0, wb.MAX_US, lo_open=True), default=None,
+    f.add_argument("--t-prog-us", type=number(float, 0.0, names.WRITEBACK_MAX_US, lo_open=True), default=None,
                    help="page program latency tPROG, µs")
-    f.add_argument("--stripe-pages", type=number(int, 1, wb.MAX_COUNT), default=None,
+    f.add_argument("--stripe-pages", type=number(int, 1, names.WRITEBACK_MAX_COUNT), default=None,
                    help="whole pages per stripe G (stripe, window; --preset hbflex)")
-    f.add_argument("--sram-mb", type=NONNEG(wb.MAX_COUNT), default=None,
+    f.add_argument("--sram-mb", type=NONNEG(names.WRITEBACK_MAX_COUNT), default=None,
                    help="SRAM for buffered KV, MB (window, --preset hbflex; default 240 MB − 169 MB prefetched weights)")
     f.add_argument("--no-prefetch", action="store_true",
                    help="do not prefetch weights to merge windows (--preset hbflex)")
@@ -75,15 +69,15 @@ def register(subparsers) -> None:
                    help="dash-hbm: HBM decode-KV budget, GB, at least one page wave (default 24.46; the run starts "
                         "just below it)")
     r = p.add_argument_group("run")
-    r.add_argument("--iterations", type=number(int, 1, wb.MAX_ITERATIONS), default=None,
+    r.add_argument("--iterations", type=number(int, 1, names.WRITEBACK_MAX_ITERATIONS), default=None,
                    help="iterations per stream (default 100; synthetic 4000)")
     r.add_argument("--warmup", type=number(int, 0), default=None,
                    help="iterations discarded first, fewer than --iterations (default 10 %%; synthetic 25 %%)")
     s = p.add_argument_group("synthetic mode (Lindley backlog)")
     s.add_argument("--synthetic", action="store_true", help="run the synthetic backlog instead of a timeline")
-    s.add_argument("--pages-per-iter", type=NONNEG(bl.MAX_PAGES_PER_ITER), default=None,
+    s.add_argument("--pages-per-iter", type=NONNEG(names.BACKLOG_MAX_PAGES_PER_ITER), default=None,
                    help="λ: mean new pages per iteration (Poisson)")
-    s.add_argument("--window-pages", type=number(int, 1, bl.MAX_WINDOW_PAGES), default=None,
+    s.add_argument("--window-pages", type=number(int, 1, names.BACKLOG_MAX_WINDOW_PAGES), default=None,
                    help="w: page programs one window fits")
     add_common_args(p, default_streams=256)
     p.set_defaults(func=run)
@@ -96,6 +90,12 @@ def _warmup(args, iterations: int, default: int) -> int:
 
 
 def _synthetic(args) -> dict:
+    import numpy as np
+
+    from hbfjax import batch
+    from hbfjax.flash.programs import backlog as bl
+    from hbfjax.reports import fields, mean_ci_fields
+
     require_applies(args, "--synthetic", {dest: False for dest in TIMELINE_OPTIONS})
     if args.pages_per_iter is None or args.window_pages is None:
         raise ConfigError("--synthetic needs --pages-per-iter and --window-pages")
@@ -125,6 +125,9 @@ def _synthetic(args) -> dict:
 
 
 def _knobs(args):
+    from hbfjax.flash.programs import writeback as wb
+    from hbfjax.serve import write_scenarios as sc
+
     hbflex = args.preset == "hbflex"
     require_applies(args, f"--preset {args.preset} --policy {args.policy}", {
         "sram_mb": hbflex and args.policy == "window", "stripe_pages": hbflex and args.policy in ("stripe", "window"),
@@ -160,6 +163,11 @@ def _knobs(args):
 
 def _override_timeline(args, knobs, slots):
     """Rebuild the timeline when any per-segment duration, layer count or KV size is given (dash preset)."""
+    import numpy as np
+
+    from hbfjax.flash.programs import writeback as wb
+    from hbfjax.serve import write_scenarios as sc
+
     names = ("weight_read_us", "qkv_us", "kv_read_us", "attention_us", "expert_read_us", "ffn_us")
     given = {n: getattr(args, n) for n in names if getattr(args, n) is not None}
     layers_changed = args.preset == "dash" and (args.layers is not None or args.kv_bytes_per_token is not None)
@@ -194,6 +202,13 @@ def run(args) -> int:
 
 
 def compute(args) -> dict:
+    import numpy as np
+
+    from hbfjax import batch
+    from hbfjax.flash.programs import writeback as wb
+    from hbfjax.reports import fields, mean_ci_fields
+    from hbfjax.serve import write_scenarios as sc
+
     if args.synthetic:
         return _synthetic(args)
     require_applies(args, "a timeline run (no --synthetic)", {"pages_per_iter": False, "window_pages": False})

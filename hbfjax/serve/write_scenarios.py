@@ -1,6 +1,8 @@
-"""Stated writeback scenarios: timelines and knobs for the HBFlex and DASH presets (until the serving
-engine builds timelines from model presets and GPU timing). The model, GPU and layer-structure
-numbers live here, in the workload layer; the physics (``hbfjax.flash.programs.timeline``) only takes arrays.
+"""Stated writeback scenarios: timelines and knobs for the HBFlex and DASH presets, for ``hbfjax writeback``
+and the writeback figures, which study the program/read interference of one layer structure apart
+from the serving engine (whose passes build their own windows: ``parts.writes``, ``layer_time.kv_writes``).
+It composes model presets with the physics' timelines (``hbfjax.flash.programs.timeline`` only takes
+arrays), which is serving-level work: the module sits here, above both the workload and the physics.
 
 * ``hbflex``: DeepSeek-V4-Pro-like decode on one H200 with the all-HBF package (HBFlex §5.3, §6.4):
   61 layers, ≈5 KB of KV per token in all (HBFlex §5.3) → 82 B per token per layer; stage times

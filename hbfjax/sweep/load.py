@@ -1,4 +1,5 @@
-"""Offered load relative to a reference organisation's backlogged throughput (DASH §VI-E).
+"""Offered load relative to a reference system's backlogged throughput (DASH §VI-E): a driver that runs
+the reference's batch before the online run it sets the rate of.
 
 DASH §VI-E replays Poisson arrivals "at 50 %, 75 % and 90 % of RelayOnly's backlogged throughput". The
 paper does not define that throughput further; hbfjax's definition:
@@ -26,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hbfjax import batch
-from hbfjax.serve import metrics, system
+from hbfjax.serve import engine, metrics
 from hbfjax.stats import mean_ci95
 from hbfjax.validate import require, require_int, require_real
 from hbfjax.workload import requests as rq
@@ -47,7 +48,7 @@ def completion_rate_per_s(finish_s, warmup: int, measured: int) -> np.ndarray:
     return np.where(np.isfinite(span), measured / span, 0.0)
 
 
-def backlogged_config(config: system.ServeConfig) -> system.ServeConfig:
+def backlogged_config(config: engine.ServeConfig) -> engine.ServeConfig:
     """``config`` with R + B_max requests all present at t = 0 (same lengths, batcher and bounds)."""
     r = config.requests
     require(r.arrivals != "trace", "backlogged_config", "requests.arrivals", r.arrivals,
@@ -57,29 +58,31 @@ def backlogged_config(config: system.ServeConfig) -> system.ServeConfig:
     return dataclasses.replace(config, requests=requests)
 
 
-def backlogged_knobs(knobs: system.ServeKnobs, config: system.ServeConfig) -> system.ServeKnobs:
+def backlogged_knobs(knobs: engine.ServeKnobs, config: engine.ServeConfig) -> engine.ServeKnobs:
     """``knobs`` with a batch of all of ``config``'s requests (works on a stacked knob axis too)."""
     r = knobs.requests
     batch_r = jnp.full(jnp.shape(r.batch), config.requests.requests, jnp.int32)
     return dataclasses.replace(knobs, requests=dataclasses.replace(r, batch=batch_r))
 
 
-def backlogged_rates(knobs: system.ServeKnobs, config: system.ServeConfig, streams: int, seed: int, warmup: int,
-                     measured: int, *, knob_axis: bool = False) -> tuple[np.ndarray, bool]:
+def backlogged_rates(knobs: engine.ServeKnobs, config: engine.ServeConfig, streams: int, seed: int, warmup: int,
+                     measured: int, *, knob_axis: bool = False, inputs=None) -> tuple[np.ndarray, bool]:
     """``(rates, overflow)``: float64[S] (float64[S, K] on a knob axis) backlogged requests/s of each
-    stream (module docstring), and whether any run overflowed (its rate is then not a throughput)."""
+    stream (module docstring), and whether any run overflowed (its rate is then not a throughput);
+    ``inputs``: the reference's ``ServeInputs`` (its tabulated laws; no trace)."""
     cfg = backlogged_config(config)
-    out = batch.run(system.simulate, streams, seed, backlogged_knobs(knobs, cfg), cfg, knob_axis=knob_axis)
+    out = batch.run(engine.simulate, streams, seed, backlogged_knobs(knobs, cfg), cfg, knob_axis=knob_axis,
+                    inputs=inputs)
     t = metrics.times(out.arrival, out.first_token, out.finish, out.tokens_out, out.valid)  # [S, (K,) R]
     return completion_rate_per_s(np.where(t.valid, t.finish_s, np.inf), warmup, measured), bool(np.any(out.overflow))
 
 
-def backlogged_rate_per_s(reference_knobs: system.ServeKnobs, config: system.ServeConfig, streams: int, seed: int,
-                          warmup: int, measured: int) -> tuple[float, float]:
+def backlogged_rate_per_s(reference_knobs: engine.ServeKnobs, config: engine.ServeConfig, streams: int, seed: int,
+                          warmup: int, measured: int, inputs=None) -> tuple[float, float]:
     """The reference organisation's backlogged throughput in requests/s: mean across ``streams`` and its
     95 % half-width (module docstring). ``config`` is the online run's (its arrivals are replaced);
     a run that overflows (a request never fits, or ``max_iterations`` ran out) is refused."""
-    rates, overflow = backlogged_rates(reference_knobs, config, streams, seed, warmup, measured)
+    rates, overflow = backlogged_rates(reference_knobs, config, streams, seed, warmup, measured, inputs=inputs)
     require(not overflow, "backlogged_rate_per_s", "overflow", overflow,
             f"the backlogged run did not finish (raise ServeConfig.max_iterations = {config.max_iterations})")
     mean, ci = mean_ci95(rates)

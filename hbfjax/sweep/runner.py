@@ -1,12 +1,14 @@
 """Run a sweep's grid points and write their rows (DESIGN.md §6).
 
-Work comes in *items*. A subcommand with a ``plan(args)`` (``serve``) gives each point a family of
-knob points (``commands.serve.Family``); points whose families share a compiled shape
-(``family_key``: function, static config, knob shapes, inputs; and the same streams and seed) are
-grouped, and each item is up to ``points_per_call`` of them stacked on one knob axis, so knob-only
-axes run as one compilation on common random numbers and every shape compiles once. Any other
-subcommand runs one point per item through its ``compute(args)``; the jit cache still compiles each
-shape once, since knob values are traced. A point whose options are refused, whose run raises, or
+The front (``hbfjax.commands.sweep``) hands the runner its subcommand as a :class:`Target`. Work comes
+in *items*. A target with a ``plan(args)`` (``serve``) gives each point a family of systems
+(``hbfjax.serve.systems.Family``, one system per sweep point); points whose families share a compiled
+shape (``systems.family_key``: function, static config, knob shapes, inputs; and the same streams and
+seed) are grouped, and each item is up to ``points_per_call`` of them stacked on one knob axis (their
+inputs rebuilt for the points stacked: ``Family.inputs_for``), so knob-only axes run as one
+compilation on common random numbers and every shape compiles once. Any other target runs one point
+per item through its ``compute(args)``; the jit cache still compiles each shape once, since knob
+values are traced. A point whose options are refused, whose run raises, or
 whose result breaks an output invariant or overflowed becomes a failed row with its error; the sweep
 goes on.
 
@@ -26,23 +28,34 @@ import time
 import traceback
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from hbfjax import batch, cluster as clusters, provenance
-from hbfjax.commands._common import checked
+from hbfjax.invariants import checked
+from hbfjax.serve.systems import family_key
 from hbfjax.sweep.grid import SWEEP_OWNED, Point
 from hbfjax.sweep.table import flatten, cell
 from hbfjax.traces import TraceError
-from hbfjax.validate import ConfigError
+from hbfjax.validate import ConfigError, UsageError
 
 OVERFLOW_ERROR = ("overflow: a fixed-size buffer of the simulation overflowed (see the subcommand's --help); "
                   "the metrics are not meaningful")
 
 
+class Target(NamedTuple):
+    """A subcommand as a sweep runs it: its parser, ``compute(args) -> dict`` and, for a subcommand whose
+    points stack on a knob axis (``serve``), ``plan(args) -> (header, families)`` and
+    ``assemble(header, {system: result}, systems) -> dict``."""
+
+    name: str
+    parser: argparse.ArgumentParser
+    compute: Callable[[argparse.Namespace], dict]
+    plan: Callable | None = None
+    assemble: Callable | None = None
+
+
 def parse_point(parser: argparse.ArgumentParser, point: Point) -> argparse.Namespace:
     """The subcommand's namespace for ``point`` (its own parser's checks; JSON output)."""
-    from hbfjax.cli import UsageError
-
     try:
         args = parser.parse_args(list(point.argv))
     except UsageError as err:
@@ -127,11 +140,11 @@ def _failed_item(command, point, args, err, row_kind) -> Item:
     return Item(1, lambda: [point_row(command, point, args, None, _error_text(err), 0.0, 0, row_kind)])
 
 
-def _compute_item(command, module, point, args, row_kind) -> Item:
+def _compute_item(command, target: Target, point, args, row_kind) -> Item:
     def run():
         t0 = time.perf_counter()
         try:
-            result, error = module.compute(args), None
+            result, error = target.compute(args), None
         except Exception as err:  # noqa: BLE001 - a failed point is a row; the sweep goes on
             _report_bug(err)
             result, error = None, _error_text(err)
@@ -150,21 +163,21 @@ def stream_rows(point: Point, per_stream: dict) -> list[dict]:
     return rows
 
 
-def _chunk_item(command, module, chunk: list[_Planned], size: int, row_kind: str, done: set[str],
+def _chunk_item(command, target: Target, chunk: list[_Planned], size: int, row_kind: str, done: set[str],
                 per_stream: bool) -> Item:
     """Points of one family shape stacked on one knob axis of ``size`` (the last point repeated to fill it:
     every call of a group has one shape, so one compilation); rows for the points not ``done`` (with
     ``per_stream``, each followed by its streams' rows)."""
-    from hbfjax.commands.serve import point_outputs
 
     def run():
         t0 = time.perf_counter()
         first = chunk[0]
         padded = chunk + [chunk[-1]] * (size - len(chunk))
-        knobs = batch.stack_knobs([p.family.points[0] for p in padded])
+        points = [p.family.points[0] for p in padded]
         try:
-            out = batch.run(first.family.simulate, first.args.streams, first.args.seed, knobs, first.family.config,
-                            inputs=first.family.inputs, knob_axis=True, chunk_streams=first.args.chunk_streams)
+            inputs = first.family.inputs_for(points, size)
+            out = batch.run(first.family.simulate, first.args.streams, first.args.seed, batch.stack_knobs(points),
+                            first.family.config, inputs=inputs, knob_axis=True, chunk_streams=first.args.chunk_streams)
         except Exception as err:  # noqa: BLE001
             _report_bug(err)
             wall = time.perf_counter() - t0
@@ -175,10 +188,10 @@ def _chunk_item(command, module, chunk: list[_Planned], size: int, row_kind: str
         for k, p in enumerate(chunk):
             if p.point.key in done:
                 continue
-            o = point_outputs(out, k, True)
+            o = batch.point_outputs(out, k)
             try:
                 by_name = {p.family.names[0]: p.family.report(o, 0)}
-                result, error = module.assemble(p.header, by_name, p.family.names), None
+                result, error = target.assemble(p.header, by_name, p.family.names), None
             except Exception as err:  # noqa: BLE001
                 _report_bug(err)
                 result, error = None, _error_text(err)
@@ -190,41 +203,42 @@ def _chunk_item(command, module, chunk: list[_Planned], size: int, row_kind: str
     return Item(sum(p.point.key not in done for p in chunk), run)
 
 
-def work_items(command: str, module, parser, points: list[Point], points_per_call: int,
-               row_kind: str = "point", done: frozenset[str] = frozenset(), per_stream: bool = False) -> list[Item]:
+def work_items(target: Target, points: list[Point], points_per_call: int, row_kind: str = "point",
+               done: frozenset[str] = frozenset(), per_stream: bool = False) -> list[Item]:
     """The items that compute the ``points`` not ``done`` (rows of ``row_kind``): failed plans first, then
     each compiled shape's chunks. Chunks are cut from every point, done or not, so a point is stacked with
     the same others whichever rows an interrupted sweep left (a stacked call is not bit-for-bit the same
     as a call of another width: float32 reductions may be vectorised differently)."""
+    command = target.name
     items, groups = [], OrderedDict()
     for point in points:
-        if point.key in done and not hasattr(module, "plan"):
+        if point.key in done and target.plan is None:
             continue
         try:
-            args = parse_point(parser, point)
+            args = parse_point(target.parser, point)
         except ConfigError as err:
             if point.key not in done:
                 items.append(_failed_item(command, point, None, err, row_kind))
             continue
-        if not hasattr(module, "plan"):
-            items.append(_compute_item(command, module, point, args, row_kind))
+        if target.plan is None:
+            items.append(_compute_item(command, target, point, args, row_kind))
             continue
         try:
-            header, families = module.plan(args)
+            header, families = target.plan(args)
         except Exception as err:  # noqa: BLE001
             if point.key not in done:
                 _report_bug(err)
                 items.append(_failed_item(command, point, args, err, row_kind))
             continue
         (family,) = families  # a sweep point serves one system (grid.multi_value_axes)
-        key = (module.family_key(family), args.streams, args.seed, args.chunk_streams)
+        key = (family_key(family), args.streams, args.seed, args.chunk_streams)
         groups.setdefault(key, []).append(_Planned(point, args, header, family))
     for members in groups.values():
         size = min(points_per_call, len(members))
         for i in range(0, len(members), size):
             chunk = members[i:i + size]
             if any(p.point.key not in done for p in chunk):
-                items.append(_chunk_item(command, module, chunk, size, row_kind, done, per_stream))
+                items.append(_chunk_item(command, target, chunk, size, row_kind, done, per_stream))
     return items
 
 
