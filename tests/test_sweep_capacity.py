@@ -68,3 +68,21 @@ def test_rounds_bracket_a_known_threshold_to_the_predicted_resolution():
     assert ra["capacity_resolution_rate_per_s"] == pytest.approx(8 / 4**3, rel=1e-4)  # (16 − 8) / 4^3
     assert rb["capacity_rate_per_s"] <= 5 * math.log(5) < rb["capacity_first_miss_rate_per_s"]
     assert ra["probes"] == 4 + 3 * 4
+
+
+def test_a_saturated_probe_is_a_miss_even_when_its_slo_holds():
+    """A probe that meets the SLO but whose run is saturated (its latencies are transient, its rate above
+    capacity) is a miss on every side of the CI; the flag reads as a bool or as the table's text."""
+    probes = {1.0: _probe(0.2), 2.0: {**_probe(0.5), "saturated": True}, 4.0: {**_probe(0.6), "saturated": "True"},
+              0.5: {**_probe(0.1), "saturated": "False"}}
+    assert not cap.holds(probes[2.0], (TTFT,)) and cap.meets(probes[2.0], (TTFT,))
+    assert cap.holds(probes[0.5], (TTFT,))
+    for side in (-1, 0, 1):
+        assert cap.capacity(probes, (TTFT,), side) == (1.0, 2.0)
+    r = cap.capacity_result(probes, (TTFT,))
+    assert (r["capacity_status"], r["capacity_rate_per_s"], r["capacity_first_miss_rate_per_s"]) == (
+        "bracketed", 1.0, 2.0)
+    assert r["capacity_bound_by"] == "saturated" and r["saturated_probes"] == 2
+    late = {**probes, 2.0: {**_probe(1.5), "saturated": True}}  # misses the SLO too: both named
+    assert cap.capacity_result(late, (TTFT,))["capacity_bound_by"] == "p90_ttft_s,saturated"
+    assert cap.next_rates(probes, (TTFT,), 3) == ["1.25", "1.5", "1.75"]

@@ -14,13 +14,52 @@ warm-up is masked, not a second rollout. Per stream:
   whose TTFT and TPOT both meet them (a one-token output has no TPOT and meets that part), and
   ``goodput_requests_per_s`` / ``goodput_tokens_per_s``, those requests (their output tokens) over the
   measured span;
-* Little's law terms over the arrival window [first, last measured arrival]: ``mean_requests_in_system``
-  L (time-average of every request present, warm-up and later ones included), ``arrival_rate_per_s``
-  λ (measured arrivals in the window per second), with ``e2e_s`` as W: L ≈ λW in steady state.
+* rates, Little's law and saturation over one **arrival window** [t0, t1): t0 the first and t1 the last
+  arrival of the valid requests in the measured window (by index, finished or not), T = t1 − t0. Every
+  count below is over all valid requests of the stream (warm-up and later ones too), half-open so a
+  request on an edge counts once:
+
+  - ``arrival_rate_per_s`` λ = A / T, A = #{arrivals in [t0, t1)} (the offered rate: with arrivals
+    in index order at distinct times A = measured − 1, the gaps between the first and last measured
+    arrival per second, as before);
+  - ``completion_rate_per_s`` = D / T, D = #{finishes in [t0, t1)}: the server's completion rate in
+    the same window (warm-up requests finishing there count). N(t1⁻) − N(t0⁻) = A − D exactly, so a
+    stable run has D ≈ A (within the fluctuation of the number in system) and a saturated one D < A;
+  - Little's law by construction, for the population of every valid request of the stream, N(t) the
+    number of them in the system (arrived ≤ t < finish; ``inf`` finishes never leave) and
+    I = ∫_{t0}^{t1} N(t) dt = Σ |[arrival, finish) ∩ [t0, t1)| (each request's time in the system
+    clipped to the window, those carried in at t0 included): ``mean_requests_in_system``
+    L = I / T (the time-average number in system), ``littles_time_in_system_s`` W = I / A (time in
+    system accrued in the window per arrival in it) and ``littles_arrival_rate_per_s`` λ = A / T
+    (the same count over the same window: equal to ``arrival_rate_per_s``, reported beside the other
+    two terms), so L = λ·W exactly (to float rounding) in every run, stable or not. In steady state
+    the time carried in at t0 and the time clipped at t1 cancel on average, and W estimates the mean
+    time in system: W ≈ ``e2e_s`` (the mean E2E of the measured requests), L ≈ λ·``e2e_s``. In a
+    saturated run they part: the time in system grows past what the window holds, W < ``e2e_s``
+    (about half of it for a queue growing from empty), and both grow with the run's length;
+  - ``completion_to_arrival_ratio`` r = D / A and ``saturated``: the run is **saturated** when its
+    completions fall short of its arrivals by more than ``SATURATION_SHORTFALL`` (5 %) and by more
+    than ``SATURATION_MIN_REQUESTS`` (2) requests — the number in system grows through the window, by
+    A − D = (1 − r)·A. Per stream (a point test): r < 0.95 and A − D > 2. Across streams
+    (:func:`summary`): the mean of r plus its 95 % half-width < 0.95, i.e. r < 0.95 with one-sided
+    97.5 % confidence (one stream: no interval, its r), and the mean of A − D > 2. A stable run has
+    E[A − D] = 0 in steady state (A − D is the change of the number in system, |1 − r| ~ its
+    fluctuation / A) and is not flagged; the count floor keeps a short window whose streams all end
+    with a request or two more in the system (an interval of alike discrete values is 0) unflagged.
+    Offered k × capacity gives r ≈ 1/k: flagged from k ≈ 1.05. A run whose warm-up ends before the
+    system fills has r ≈ 1 − (fill) / A and is flagged only when the fill exceeds 5 % of the window's
+    arrivals (its latencies are then transient too).
+
+  A fixed batch (every request at t = 0) has T = 0: no rate, no Little's law; these keys are NaN,
+  ``saturated`` is False (unflagged), and callers drop all of them, :data:`ONLINE_KEYS` with their
+  ``ci95_`` half-widths (:func:`is_online_key`).
 
 Across streams (:func:`summary`) every per-stream value becomes a mean with a 95 % confidence
 half-width (``ci95_<key>``; :func:`hbfjax.reports.mean_ci_fields`), so P90 E2E is reported as the
-mean over streams of each stream's P90.
+mean over streams of each stream's P90 — except ``saturated``, a bool decided by the test above, with
+``saturated_streams`` the number of streams whose own flag is set, and ``littles_time_in_system_s``,
+the ratio of the means L̄ / λ̄ (so that the reported L, λ and W satisfy L = λ·W as each stream's do). :func:`saturation_warning` words a
+saturated summary as one line for stderr.
 """
 
 from __future__ import annotations
@@ -32,9 +71,16 @@ import numpy as np
 
 from hbfjax import clock
 from hbfjax.reports import mean_ci_fields
+from hbfjax.stats import mean_ci95, t975
 from hbfjax.validate import require, require_int
 
 QUANTILES = (50, 90, 99)
+SATURATION_SHORTFALL = 0.05  # saturated: completions short of arrivals by more than this share ...
+SATURATION_MIN_REQUESTS = 2.0  # ... and by more than this many requests
+# summary keys of an online run only, dropped by callers for a fixed batch (no arrival window): NaN
+# there but for the saturation flags (False, 0), which say nothing without arrivals
+ONLINE_KEYS = ("arrival_rate_per_s", "completion_rate_per_s", "mean_requests_in_system", "littles_arrival_rate_per_s",
+               "littles_time_in_system_s", "completion_to_arrival_ratio", "saturated", "saturated_streams")
 
 
 class Slo(NamedTuple):
@@ -100,11 +146,59 @@ def _span(lo: np.ndarray, hi: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return np.where(mask, hi, -np.inf).max(axis=1) - np.where(mask, lo, np.inf).min(axis=1)
 
 
+def arrival_window(t: RequestTimes, in_window: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """float64[S] (t0, t1): the first and last arrival of the valid requests in the measured window
+    (finished or not); ±inf for a stream with none."""
+    mask = t.valid & in_window[None, :]
+    return np.where(mask, t.arrival_s, np.inf).min(axis=1), np.where(mask, t.arrival_s, -np.inf).max(axis=1)
+
+
+def window_counts(t: RequestTimes, t0: np.ndarray, t1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """int64[S] (A, D): the valid requests arriving in [t0, t1) and those finishing in [t0, t1)."""
+    def inside(x):
+        return (t.valid & (x >= t0[:, None]) & (x < t1[:, None])).sum(axis=1)
+    return inside(t.arrival_s), inside(t.finish_s)
+
+
 def time_in_window(t: RequestTimes, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
-    """float64[S] ∫ N(t) dt over [t0, t1] per stream: every valid request counted from arrival to finish."""
+    """float64[S] I = ∫_{t0}^{t1} N(t) dt = Σ |[arrival, finish) ∩ [t0, t1)| over every valid request
+    (N(t): the valid requests in the system at t)."""
     lo = np.maximum(t.arrival_s, t0[:, None])
     hi = np.minimum(t.finish_s, t1[:, None])
     return np.where(t.valid, np.maximum(hi - lo, 0.0), 0.0).sum(axis=1)
+
+
+def _shortfall(arrivals: np.ndarray, completions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """float64[S] (r, A − D) from the window counts; NaN where no request arrived in the window."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        a = np.where(arrivals > 0, arrivals, np.nan)
+        return completions / a, a - completions
+
+
+def window_shortfall(t: RequestTimes, in_window: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """float64[S] (r, A − D): completions over arrivals in the arrival window, and the arrivals there
+    not matched by a completion (the growth of the number in system); NaN with no window."""
+    return _shortfall(*window_counts(t, *arrival_window(t, in_window)))
+
+
+def online(t: RequestTimes, in_window: np.ndarray) -> dict:
+    """``{key: float64[S]}`` the rates, Little's law terms and ratio of the module docstring over the
+    arrival window [t0, t1), and ``saturated`` bool[S] (r < 1 − SATURATION_SHORTFALL and
+    A − D > SATURATION_MIN_REQUESTS); NaN (and False) for a stream with no window (T = 0: a fixed
+    batch, or one measured request)."""
+    t0, t1 = arrival_window(t, in_window)
+    arrivals, completions = window_counts(t, t0, t1)
+    ratio, short = _shortfall(arrivals, completions)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        span_s = np.where(t1 > t0, t1 - t0, np.nan)
+        area = time_in_window(t, t0, t1)
+        return {"arrival_rate_per_s": arrivals / span_s,
+                "completion_rate_per_s": completions / span_s,
+                "mean_requests_in_system": area / span_s,
+                "littles_arrival_rate_per_s": arrivals / span_s,
+                "littles_time_in_system_s": area / np.where(arrivals > 0, arrivals, np.nan),
+                "completion_to_arrival_ratio": ratio,
+                "saturated": (ratio < 1.0 - SATURATION_SHORTFALL) & (short > SATURATION_MIN_REQUESTS)}
 
 
 def _goodput(t: RequestTimes, m: RequestMetrics, slo: Slo, span_s: np.ndarray) -> dict:
@@ -120,8 +214,8 @@ def _goodput(t: RequestTimes, m: RequestMetrics, slo: Slo, span_s: np.ndarray) -
 
 
 def per_stream(t: RequestTimes, in_window: np.ndarray, slo: Slo | None = None) -> dict:
-    """``{key: float64[S]}``: throughput, latency means and quantiles, Little's law terms per stream,
-    and SLO goodput when ``slo`` is given."""
+    """``{key: float64[S]}``: throughput, latency means and quantiles, the rates, Little's law terms and
+    ``saturated`` (bool[S]) of :func:`online`, and SLO goodput when ``slo`` is given."""
     m = per_request(t, in_window)
     out_tokens = np.where(m.measured, t.tokens_out, 0).sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
@@ -136,18 +230,66 @@ def per_stream(t: RequestTimes, in_window: np.ndarray, slo: Slo | None = None) -
             result[key] = np.nanmean(values, axis=1) * scale
             for q in QUANTILES:
                 result[f"p{q}_{key}"] = np.nanpercentile(values, q, axis=1) * scale
-        t0 = np.where(m.measured, t.arrival_s, np.inf).min(axis=1)
-        t1 = np.where(m.measured, t.arrival_s, -np.inf).max(axis=1)
-        arrivals = (m.measured & (t.arrival_s < t1[:, None])).sum(axis=1)  # [t0, t1): the last one closes it
-        result["mean_requests_in_system"] = time_in_window(t, t0, t1) / (t1 - t0)
-        result["arrival_rate_per_s"] = arrivals / (t1 - t0)
+        result.update(online(t, in_window))
         if slo is not None:
             result.update(_goodput(t, m, slo, span_s))
     return result
 
 
+def saturated(ratio: np.ndarray, shortfall: np.ndarray) -> bool:
+    """The across-stream test (module docstring) on the per-stream ratios r and shortfalls A − D
+    (:func:`window_shortfall`): mean(r) + 95 % half-width < 1 − SATURATION_SHORTFALL (one stream: r
+    itself) and mean(A − D) > SATURATION_MIN_REQUESTS; streams without a window (NaN) are left out,
+    and none left is not saturated."""
+    r, short = np.asarray(ratio, np.float64), np.asarray(shortfall, np.float64)
+    keep = np.isfinite(r)
+    if not keep.any():
+        return False
+    mean, ci = mean_ci95(r[keep])
+    bound = mean + (ci if keep.sum() > 1 else 0.0)
+    return bool(bound < 1.0 - SATURATION_SHORTFALL and short[keep].mean() > SATURATION_MIN_REQUESTS)
+
+
 def summary(t: RequestTimes, warmup: int = 0, measured: int | None = None, slo: Slo | None = None) -> dict:
-    """Across-stream means with 95 % half-widths (``ci95_<key>``) of every :func:`per_stream` value."""
+    """Across-stream means with 95 % half-widths (``ci95_<key>``) of every :func:`per_stream` value but
+    ``saturated``: that one is the bool of :func:`saturated`, with ``saturated_streams`` the number of
+    streams flagged on their own."""
     require(t.arrival_s.ndim == 2, "summary", "arrival_s.ndim", t.arrival_s.ndim, "must be 2 (streams, requests)")
-    stream = per_stream(t, window(t.arrival_s.shape[1], warmup, measured), slo)
-    return mean_ci_fields(stream, tuple(stream))
+    in_window = window(t.arrival_s.shape[1], warmup, measured)
+    stream = per_stream(t, in_window, slo)
+    flags = stream.pop("saturated")
+    result = mean_ci_fields(stream, tuple(stream))
+    result.update(_littles_ratio(stream))
+    result["saturated"] = saturated(*window_shortfall(t, in_window))
+    result["saturated_streams"] = int(np.sum(flags))
+    return result
+
+
+def _littles_ratio(stream: dict) -> dict:
+    """Little's W across streams as the ratio of the means, W̄ = L̄ / λ̄, so that the reported terms satisfy
+    L = λ·W as each stream's do (a mean of per-stream W would not); its 95 % half-width is the ratio
+    estimator's, t · sd(L_s − W̄·λ_s) / (√S · λ̄)."""
+    lam = np.asarray(stream["littles_arrival_rate_per_s"], np.float64)
+    occupancy = np.asarray(stream["mean_requests_in_system"], np.float64)
+    n = lam.shape[0]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        w = occupancy.mean() / lam.mean()
+        residual = occupancy - w * lam
+        half = t975(n - 1) * residual.std(ddof=1) / (np.sqrt(n) * lam.mean()) if n > 1 else np.nan
+    return {"littles_time_in_system_s": float(w), "ci95_littles_time_in_system_s": float(half)}
+
+
+def is_online_key(key: str) -> bool:
+    """Whether a :func:`summary` key exists for an online run only (:data:`ONLINE_KEYS` and their
+    ``ci95_`` half-widths): a caller drops them for a fixed batch (NaN there, the flags False and 0)."""
+    return key.removeprefix("ci95_") in ONLINE_KEYS
+
+
+def saturation_warning(summary: dict) -> str | None:
+    """One line for stderr when a summary (or a result row holding its keys) is ``saturated``; None
+    otherwise (a fixed batch, whose keys were dropped, included)."""
+    if summary.get("saturated") not in (True, "True"):
+        return None
+    return (f"warning: saturated: offered {float(summary['arrival_rate_per_s']):#.3g} req/s, completed "
+            f"{float(summary['completion_rate_per_s']):#.3g} req/s in the measured window; latencies grow with "
+            "the run's length and are not steady-state values")

@@ -15,7 +15,9 @@ uncertainty is stated twice: ``capacity_resolution_rate_per_s`` (the bracket lef
 round) and ``capacity_lo_rate_per_s`` / ``capacity_hi_rate_per_s``, the capacity found when each
 metric is replaced by the upper / lower end of its 95 % confidence interval (the SLO holds with 95 %
 confidence up to ``lo``; above ``hi`` it fails with 95 % confidence). A failed probe counts as a
-miss.
+miss, and so does a **saturated** one (``saturated`` true: its completions fall short of its arrivals,
+``hbfjax.serve.metrics``) even when every objective holds: the queue grows through its window, its
+latencies are transient values that grow with the run's length, and its rate is above capacity.
 """
 
 from __future__ import annotations
@@ -72,16 +74,26 @@ def _value(row: dict, column: str) -> float:
     return float(text) if text not in ("", None) else math.nan
 
 
-def holds(row: dict, objectives, side: int = 0) -> bool:
-    """Whether every objective holds at a probe: on the mean (``side = 0``), its CI's upper end (+1) or
-    lower end (−1). A failed probe, or a metric it lacks, does not hold."""
-    if row.get("status") != "ok":
-        return False
+def saturated(row: dict) -> bool:
+    """Whether a probe row reports a saturated run (``saturated`` True, or "True" as read back from the
+    table; a row without the column is not)."""
+    return str(row.get("saturated", "")).strip() == "True"
+
+
+def meets(row: dict, objectives, side: int = 0) -> bool:
+    """Whether every objective's metric is within its bound at a probe: on the mean (``side = 0``), its
+    CI's upper end (+1) or lower end (−1). A metric the row lacks does not."""
     for o in objectives:
         v = _value(row, o.metric) + side * _value(row, "ci95_" + o.metric)
         if not v <= o.bound:
             return False
     return True
+
+
+def holds(row: dict, objectives, side: int = 0) -> bool:
+    """Whether a probe holds: it ran (``status`` ok), is not saturated, and :func:`meets` every objective.
+    A failed or saturated probe is a miss (module docstring)."""
+    return row.get("status") == "ok" and not saturated(row) and meets(row, objectives, side)
 
 
 def capacity(probes: dict[float, dict], objectives, side: int = 0) -> tuple[float | None, float | None]:
@@ -128,10 +140,12 @@ def capacity_result(probes: dict[float, dict], objectives) -> dict:
               "capacity_first_miss_rate_per_s": fail,
               "capacity_resolution_rate_per_s": (fail - (best or 0.0)) if fail is not None else None,
               "probes": len(rates), "failed_probes": sum(probes[r].get("status") != "ok" for r in rates),
+              "saturated_probes": sum(saturated(probes[r]) for r in rates),
               "slo": " and ".join(f"{o.metric}<={o.bound:g}" for o in objectives)}
     if fail is not None:
-        missed = [o.metric for o in objectives if not holds(probes[fail], (o,))]
-        result["capacity_bound_by"] = ",".join(missed) if probes[fail].get("status") == "ok" else "failed probe"
+        row = probes[fail]
+        missed = [o.metric for o in objectives if not meets(row, (o,))] + (["saturated"] if saturated(row) else [])
+        result["capacity_bound_by"] = ",".join(missed) if row.get("status") == "ok" else "failed probe"
     if best is not None:
         for o in objectives:
             result[f"{o.metric}_at_capacity"] = _value(probes[best], o.metric)
