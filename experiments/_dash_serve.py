@@ -1,24 +1,23 @@
 """What the DASH fixed-batch serving figures share (Fig. 9(a), 9(b), 11): a fixed batch served on DASH
 organisations stacked on one knob axis, one compilation per model, and the rows and ratios they report.
 
-A :class:`Point` is one knob point: an organisation (with any ``OrgKnobs.make`` changes, e.g.
-``lookahead=0`` or ``t_read_us``) and a fixed-batch workload (B, L_in, L_out). :func:`run_points`
-serves a list of them for one model in one ``batch.run`` (common random numbers: the routing draws
-depend only on (seed, stream, pass, layer)) and returns one metric row per point from
-``metrics.summary``, with a diagnostic of where a decode iteration's time goes
+A :class:`Point` is one knob point: a named DASH organisation (with any ``OrgKnobs.make`` changes, e.g.
+``lookahead=0`` or ``t_read_us``) and a fixed-batch workload (B, L_in, L_out), i.e. one system of
+``hbfjax.serve.systems`` serving one ``Scenario.fixed_batch``. :func:`run_points` serves a list of
+them for one model as one family (``systems.stack``: one compilation, one knob axis, common random
+numbers: the routing draws depend only on (seed, stream, pass, layer)) and returns one metric row per
+point from ``metrics.summary``, with a diagnostic of where a decode iteration's time goes
 (:func:`decode_breakdown`). The fixed batch is B requests at t = 0 in a slot table of the largest B
 among the points, so batch sizes share a compilation too (requests beyond a point's B are padding).
 
 Batcher settings of a fixed batch (the paper states them only for its online runs, DASH §VI-E, and
-they are used here too): mixed passes, 512-token prefill chunks, an 8,192-token iteration budget. On an
-H100 PCIe (DASH §VI-A).
+they are used here too): the scenario's defaults, mixed passes, 512-token prefill chunks, an 8,192-token
+iteration budget (``systems.CHUNK_TOKENS``, ``TOKEN_BUDGET``). On an H100 PCIe (DASH §VI-A,
+``systems.DASH_GPU``).
 
 Ratios (DASH §VI-B): a speedup is DASH's throughput over a baseline's at the same point, an E2E
 reduction is 1 − DASH's E2E over the baseline's; across points both are geometric means of the
 paired ratios (:func:`geomean`, :func:`paired`).
-
-Copied from ``hbfjax/commands/serve.py`` (``_config``; experiments do not import the CLI): the
-fixed-batch ``ServeConfig`` with ``max_pass_tokens = min(budget, B + B·chunk)``.
 """
 
 from __future__ import annotations
@@ -30,11 +29,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hbfjax import batch
 from hbfjax.memory import delivery
 from hbfjax.memory import organisations as orgs
-from hbfjax.serve import kv_tiers, layer_time, metrics, system
-from hbfjax.serve.state import BatcherConfig, BatcherKnobs
+from hbfjax.serve import engine, kv_tiers, layer_time, metrics, report, systems
+from hbfjax.sweep import families
 from hbfjax.validate import ConfigError, require, require_int
 from hbfjax.workload import models, timing
 from hbfjax.workload import requests as rq
@@ -42,9 +40,6 @@ from hbfjax.workload import requests as rq
 # DASH §VI-A: "Five are evaluated in the main sweeps" (Fig. 9), DeepSeek-V2 only in the lookahead study (§VI-D)
 FIG9_MODELS = ("qwen3-235b-a22b", "mixtral-8x22b", "grok-1", "llama4-maverick", "deepseek-v3")
 ORGANISATIONS = ("dash", "compact-dash", "relay-only", "direct-only")  # DASH §VI-A Fig. 8
-GPU = "h100-pcie"  # DASH §VI-A: operators profiled on an H100 PCIe 80 GB
-CHUNK_TOKENS = 512  # DASH §VI-E
-TOKEN_BUDGET = 8192  # DASH §VI-E
 ITERATION_MARGIN = 64  # max_iterations above the iterations a fixed batch needs (the loop runs in scan chunks)
 # The tiny size (ctx.tiny) of every DASH serving figure: one model, one workload and one knob-axis length,
 # so the figures run in one `python -m experiments --tiny` share one compilation.
@@ -53,6 +48,10 @@ TINY_PROMPT, TINY_OUTPUT = 256, 4
 TINY_POINTS = 8
 # the metrics each row keeps (means, and their 95 % half-widths across streams)
 METRICS = ("throughput_tokens_per_s", "decode_tokens_per_s", "e2e_s", "ttft_s", "tpot_ms")
+# the engine's per-stream totals each row keeps (means across streams, ``<field>_mean``)
+TOTALS = ("busy_us", "prefill_write_bytes", "writeback_bytes", "write_stall_us", "program_busy_us", "writeback_passes",
+          "expert_direct_bytes", "expert_relay_bytes", "hbm_read_bytes", "hbf_read_bytes", "kv_hbm_byte_us",
+          "kv_hbf_byte_us", "max_kv_hbm_bytes", "max_kv_hbf_bytes", "table_miss_passes")
 
 
 @dataclass(frozen=True)
@@ -83,29 +82,26 @@ def iterations_bound(p: Point) -> int:
     per iteration, within the token budget less the B decode tokens reserved first (so at least
     min(B, (budget − B) // chunk) chunks an iteration), then L_out − 1 decode iterations after the last
     prompt completes (its first token comes with its last chunk)."""
-    chunks = p.batch * math.ceil(p.prompt / CHUNK_TOKENS)
-    per_iteration = max(1, min(p.batch, (TOKEN_BUDGET - p.batch) // CHUNK_TOKENS))
+    chunk, budget = systems.CHUNK_TOKENS, systems.TOKEN_BUDGET
+    chunks = p.batch * math.ceil(p.prompt / chunk)
+    per_iteration = max(1, min(p.batch, (budget - p.batch) // chunk))
     return math.ceil(chunks / per_iteration) + p.output - 1
 
 
-def fixed_batch_config(model: models.ModelSpec, slots: int, max_iterations: int, scan_chunk: int = 64
-                       ) -> system.ServeConfig:
-    """A fixed batch of up to ``slots`` requests at t = 0 (hbfjax/commands/serve.py ``_config``)."""
-    return system.ServeConfig(model=model, batcher=BatcherConfig(slots=slots, mode="mixed"),
-                              requests=rq.RequestsConfig(requests=slots, arrivals="batch"),
-                              max_pass_tokens=system.pass_token_bound(slots, CHUNK_TOKENS, TOKEN_BUDGET),
-                              max_iterations=max_iterations, scan_chunk=scan_chunk)
+def scenario(model_name: str, p: Point, slots: int, max_iterations: int, scan_chunk: int = 64) -> systems.Scenario:
+    """The point's fixed batch in ``slots`` slots, its organisation changes applied."""
+    return systems.Scenario.fixed_batch(model_name, p.batch, p.prompt, p.output, slots=slots, org_changes=p.changes,
+                                        max_iterations=max_iterations, scan_chunk=scan_chunk)
 
 
-def serve_knobs(p: Point) -> system.ServeKnobs:
-    """The point's organisation, the H100 PCIe, the DASH §VI-E batcher knobs and its fixed batch."""
-    lengths = dict(prompt=rq.LengthKnobs.make(p.prompt), output=rq.LengthKnobs.make(p.output))
-    return system.ServeKnobs.make(orgs.organisation(p.org, **dict(p.changes)), timing.GpuKnobs.make(GPU),
-                                  BatcherKnobs.make(chunk_tokens=CHUNK_TOKENS, token_budget=TOKEN_BUDGET),
-                                  rq.RequestKnobs.make(batch=p.batch, **lengths))
+def family(model_name: str, points: list[Point], slots: int, max_iterations: int, scan_chunk: int = 64
+           ) -> systems.Family:
+    """Every point as one family (``systems.stack``: one compilation), named by ``Point.system``."""
+    members = [systems.single(p.org, scenario(model_name, p, slots, max_iterations, scan_chunk)) for p in points]
+    return systems.stack(members, names=[p.system for p in points])
 
 
-def decode_kv_hbm_share(p: Point, knobs: system.ServeKnobs, config: system.ServeConfig) -> float:
+def decode_kv_hbm_share(p: Point, knobs: engine.ServeKnobs, config: engine.ServeConfig) -> float:
     """HBM share of the KV that a mid-decode token's attention reads (after L_out // 2 decode tokens):
     each kind's tokens in HBM when its placement row is at least half HBM (``kv_tiers``), the HBM total
     capped by the HBM KV budget (writeback moves the rest to HBF)."""
@@ -117,8 +113,8 @@ def decode_kv_hbm_share(p: Point, knobs: system.ServeKnobs, config: system.Serve
     return hbm / (p.batch * (p.prompt + decoded))
 
 
-def decode_breakdown(p: Point, knobs: system.ServeKnobs, config: system.ServeConfig) -> dict:
-    """Where one decode iteration's time goes (``layer_time.layer_times`` through ``system.pass_times``):
+def decode_breakdown(p: Point, knobs: engine.ServeKnobs, config: engine.ServeConfig) -> dict:
+    """Where one decode iteration's time goes (``layer_time.layer_times`` through ``engine.pass_times``):
     B decode tokens at the mid-decode context L_in + L_out // 2 with :func:`decode_kv_hbm_share` of
     their KV in HBM, routed on draw 0 of stream 0. Shares of the iteration in the routed experts and in
     attention, and the experts' delivery and compute time."""
@@ -138,17 +134,17 @@ def decode_breakdown(p: Point, knobs: system.ServeKnobs, config: system.ServeCon
             "decode_expert_compute_ms": float(np.sum(t.compute_us[:, experts])) * 1e-3}
 
 
-_PASS_TIMES = jax.jit(system.pass_times, static_argnums=4)
+_PASS_TIMES = jax.jit(engine.pass_times, static_argnums=4)
 
 
 def _totals(o) -> dict:
-    """The engine's per-stream totals (``ServeOutput.totals``) as means across streams."""
-    return {f"{k}_mean": float(np.mean(v)) for k, v in o.totals._asdict().items()}
+    """The engine's per-stream totals (``ServeOutput.totals``, :data:`TOTALS`) as means across streams."""
+    return {f"{k}_mean": float(np.mean(getattr(o.totals, k))) for k in TOTALS}
 
 
 def run_points(model_name: str, points: list[Point], streams: int, seed: int, *, breakdown: bool = True,
                scan_chunk: int = 64, max_iterations: int | None = None, pad_to: int | None = None) -> list[dict]:
-    """Serve every point for ``model_name`` in one ``batch.run`` (one compilation) and return one row per
+    """Serve every point for ``model_name`` as one family (one compiled call) and return one row per
     point: the point, the :data:`METRICS` means with ``ci95_`` half-widths, iterations, overflow, and
     (``breakdown``) :func:`decode_breakdown`.
 
@@ -166,21 +162,19 @@ def run_points(model_name: str, points: list[Point], streams: int, seed: int, *,
         max_iterations = need + ITERATION_MARGIN
     require(max_iterations >= need, "run_points", "max_iterations", max_iterations,
             f"must be >= the {need} iterations the longest point may need")
-    config = fixed_batch_config(model, slots, max_iterations, scan_chunk)
-    knobs = [serve_knobs(p) for p in points]
-    padding = [knobs[-1]] * (max(pad_to or 0, len(knobs)) - len(knobs))
-    out = batch.run(system.simulate, streams, seed, batch.stack_knobs(knobs + padding), config, knob_axis=True)
+    padded = points + [points[-1]] * (max(pad_to or 0, len(points)) - len(points))
+    fam = family(model_name, padded, slots, max_iterations, scan_chunk)
+    outs = families.run_outputs(fam, streams, seed)
     rows = []
-    for k, (p, kn) in enumerate(zip(points, knobs)):
-        o = jax.tree_util.tree_map(lambda a, k=k: a[:, k], out)
-        s = metrics.summary(metrics.times(o.arrival, o.first_token, o.finish, o.tokens_out, o.valid))
+    for p, kn, o in zip(points, fam.points, outs):
+        s = metrics.summary(report.request_times(o))
         row = {"model": model_name, "system": p.system, "org": p.org, "batch": p.batch, "prompt": p.prompt, "output": p.output,
                **{name: value for name, value in p.changes}}
         row.update({key: s[key] for m in METRICS for key in (m, f"ci95_{m}")})
         row.update(iterations=float(np.mean(o.iterations)), overflow=bool(np.any(o.overflow)), streams=streams,
                    kv_bytes=float(model.kv_bytes_per_token * (p.prompt + p.output)), **_totals(o))
         if breakdown:
-            row.update(decode_breakdown(p, kn, config))
+            row.update(decode_breakdown(p, kn, fam.config))
         rows.append(row)
     return rows
 

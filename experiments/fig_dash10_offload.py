@@ -6,9 +6,10 @@ of B tokens routed as the serving engine routes them. Every needed expert runs o
 resident experts: the paper measures a shape-equivalent expert layer on the CPU alone).
 
 (b) Median TPOT of weight streaming, CPU compute and the Hybrid oracle (32-core cap) over DASH's, each
-system served end to end (``hbfjax.serve.offload_system`` and ``system.simulate`` with
-``organisations.dash()``) on the same fixed batch and the same routing draws; experts resident in HBM
-by offload_system's stated rule. The paper's Hybrid oracle is the minimum of median TPOT over fixed
+system served end to end by the serving engine (the named systems ``cpu-stream``, ``cpu-compute``,
+``hybrid``, ``hybrid-split`` and ``dash`` of ``hbfjax.serve.systems``) on the same fixed batch and the
+same routing draws; experts resident in HBM by ``hbfjax.serve.cpu_offload``'s stated rule, with the
+fixed batch's own KV (B × (L_in + L_out) tokens). The paper's Hybrid oracle is the minimum of median TPOT over fixed
 CPU/GPU splits, endpoints (GPU-only = weight streaming, CPU-only = CPU compute) included: ours takes the
 splits k = round(f · J̄) for f ∈ SPLIT_FRACTIONS, J̄ the mean number of needed non-resident experts of a
 decode layer at B (the k of them with the fewest rows on the CPU, every layer, prefill included). The
@@ -21,6 +22,8 @@ Workload: B ∈ {1, 4, 16, 64} (the paper names B1 and states no sizes: we use F
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import matplotlib.pyplot as plt
@@ -29,16 +32,13 @@ import pandas as pd
 
 from experiments.common import Comparison, Context, cached_table, save_figure
 from hbfjax import batch
-from hbfjax.memory import organisations as orgs
-from hbfjax.serve import metrics, system
-from hbfjax.serve import offload_system as osys
-from hbfjax.serve.state import BatcherConfig, BatcherKnobs
+from hbfjax.serve import cpu_offload, metrics, report, systems
+from hbfjax.sweep import families
 from hbfjax.workload import models, routing, timing
-from hbfjax.workload import requests as rq
 
 TITLE = "DASH Fig. 10 — CPU offloading (weight streaming, CPU compute, Hybrid oracle) vs DASH, Qwen3-235B-A22B"
 NAME = "dash10_offload"
-MODEL, GPU = "qwen3-235b-a22b", "h100-pcie"
+MODEL, GPU = "qwen3-235b-a22b", systems.DASH_GPU
 BATCHES = (1, 4, 16, 64)
 CORES_A = (1, 2, 4, 8, 16)
 CORES_B = 32
@@ -55,33 +55,39 @@ def _sizes(ctx: Context) -> dict:
                 streams=min(ctx.streams, STREAMS))
 
 
-def _config(slots: int, prompt: int) -> system.ServeConfig:
-    """One configuration for every batch size (B is the requests' traced ``batch``): room for the largest
-    batch's whole prompts in one pass."""
-    return system.ServeConfig(model=models.preset(MODEL), batcher=BatcherConfig(slots=slots),
-                              requests=rq.RequestsConfig(requests=slots, arrivals="batch"),
-                              max_pass_tokens=slots * prompt + slots, max_iterations=4096)
+def _scenario(n: dict, b: int | None = None) -> systems.Scenario:
+    """The fixed batch of ``b`` requests (default: the largest) in a slot table of the largest batch: one
+    configuration for every batch size (B is the requests' traced ``batch``), every prompt prefilled in
+    one chunk in the first iteration (chunk = L_in, a budget of every slot's prompt and decode token)."""
+    slots = max(n["batches"])
+    return systems.Scenario.fixed_batch(MODEL, slots if b is None else b, n["prompt"], n["output"], slots=slots,
+                                        gpu=GPU, chunk_tokens=n["prompt"], token_budget=slots * n["prompt"] + slots,
+                                        max_iterations=4096, cores=CORES_B)
 
 
 def _decode_layers(stream_id, seed, knobs, inputs, config):
-    """Expert-layer latencies of ``draws`` decode passes of B tokens: (knobs, B) → LayerTimes [draws, L_moe]."""
+    """Expert-layer latencies of ``draws`` decode passes of B tokens: (knobs, B) → LayerTimes [draws, L_moe];
+    ``inputs``: (float32[draws], the resident law of the knobs' resident experts)."""
     knobs, tokens = knobs
+    draws, cdf = inputs
     slots = config.batcher.slots
     none = jnp.zeros(1, bool)
     decode = timing.Batch(jnp.full(slots, PROMPT + OUTPUT // 2, jnp.int32), jnp.arange(slots) < tokens,
                           jnp.zeros(1, jnp.int32), jnp.zeros(1, jnp.int32), none, none)
-    draw = lambda d: osys.pass_times((seed, stream_id), decode, d, knobs, config).experts  # noqa: E731
-    return jax.vmap(draw)(2 * jnp.arange(inputs.shape[0], dtype=jnp.int32))
+    draw = lambda d: cpu_offload.pass_times((seed, stream_id), decode, d, knobs, cdf, config).experts  # noqa: E731
+    return jax.vmap(draw)(2 * jnp.arange(draws.shape[0], dtype=jnp.int32))
 
 
 def _panel_a(ctx: Context, n: dict) -> list[dict]:
     model = models.preset(MODEL)
-    config = _config(max(n["batches"]), n["prompt"])
+    fam = systems.single("cpu-compute", _scenario(n))
     grid = [(b, c) for b in n["batches"] for c in n["cores"]]
-    points = [(osys.OffloadServeKnobs.make(model, GPU, c, "cpu-compute", resident=0), jnp.int32(b))
+    points = [(dataclasses.replace(fam.points[0], cpu=cpu_offload.CpuKnobs.make(model, GPU, c, "cpu-compute",
+                                                                               resident=0)), jnp.int32(b))
               for b, c in grid]
-    out = batch.run(_decode_layers, n["streams"], ctx.seed, batch.stack_knobs(points), config,
-                    inputs=jnp.zeros(n["draws"]), knob_axis=True)
+    inputs = (jnp.zeros(n["draws"]), jnp.asarray(cpu_offload.hypergeometric_cdf(model.routed_experts, 0)))
+    out = batch.run(_decode_layers, n["streams"], ctx.seed, batch.stack_knobs(points), fam.config, inputs=inputs,
+                    knob_axis=True)
     rows = []
     for i, (b, c) in enumerate(grid):
         for scheme, values in (("cpu-compute", out.cpu_compute_us), ("cpu-stream", out.stream_us),
@@ -91,14 +97,8 @@ def _panel_a(ctx: Context, n: dict) -> list[dict]:
     return rows
 
 
-def _requests(b: int, n: dict) -> rq.RequestKnobs:
-    return rq.RequestKnobs.make(batch=b, prompt=rq.LengthKnobs.make(n["prompt"]),
-                                output=rq.LengthKnobs.make(n["output"]))
-
-
-def _tpot(out, k: int) -> tuple[float, float]:
-    o = jax.tree_util.tree_map(lambda a: a[:, k], out)
-    s = metrics.summary(metrics.times(o.arrival, o.first_token, o.finish, o.tokens_out, o.valid))
+def _tpot(o, k: int) -> tuple[float, float]:
+    s = metrics.summary(report.request_times(o))
     if np.any(o.overflow):
         raise RuntimeError(f"{NAME}: knob point {k} overflowed (a request never fitted or max_iterations ran out)")
     return s["p50_tpot_ms"], s["ci95_p50_tpot_ms"]
@@ -111,32 +111,37 @@ def _splits(model, b: int, resident: int, fractions) -> list[int]:
     return sorted({k for f in fractions if 0 < (k := round(f * mean_jobs)) < e})
 
 
+def _cpu_point(name: str, b: int, k: int, n: dict) -> systems.Family:
+    """System ``name`` on the fixed batch of ``b`` (``hybrid-split``: ``k`` experts on the CPU), its resident
+    experts set by the batch's own KV, B × (L_in + L_out) tokens (the registry's rule takes the slots')."""
+    fam = systems.single(name, dataclasses.replace(_scenario(n, b), cpu_experts=k))
+    resident = cpu_offload.resident_experts(models.preset(MODEL), GPU, b * (n["prompt"] + n["output"]))
+    point = dataclasses.replace(fam.points[0], cpu=dataclasses.replace(fam.points[0].cpu,
+                                                                        resident_experts=jnp.int32(resident)))
+    return fam.with_points([point])
+
+
 def _panel_b(ctx: Context, n: dict) -> list[dict]:
     model = models.preset(MODEL)
-    slots = max(n["batches"])
-    config = _config(slots, n["prompt"])
-    batcher = BatcherKnobs.make(chunk_tokens=n["prompt"], token_budget=slots * n["prompt"] + slots)
     grid = []
     for b in n["batches"]:
-        resident = osys.resident_experts(model, GPU, b * (n["prompt"] + n["output"]))
+        resident = cpu_offload.resident_experts(model, GPU, b * (n["prompt"] + n["output"]))
         grid += [(b, "cpu-stream", 0), (b, "cpu-compute", 0), (b, "hybrid", 0)]
         grid += [(b, "hybrid-split", k) for k in _splits(model, b, resident, n["fractions"])]
-    points = [osys.OffloadServeKnobs.make(model, GPU, CORES_B, s, kv_tokens=b * (n["prompt"] + n["output"]),
-                                          batcher=batcher, requests=_requests(b, n), cpu_experts=k) for b, s, k in grid]
-    out = batch.run(osys.simulate, n["streams"], ctx.seed, batch.stack_knobs(points), config, knob_axis=True)
-    dash = [system.ServeKnobs.make(orgs.dash(), timing.GpuKnobs.make(GPU), batcher, _requests(b, n))
-            for b in n["batches"]]
-    dash_out = batch.run(system.simulate, n["streams"], ctx.seed, batch.stack_knobs(dash), config, knob_axis=True)
+    cpu = systems.stack([_cpu_point(s, b, k, n) for b, s, k in grid])
+    outs = families.run_outputs(cpu, n["streams"], ctx.seed)
+    dash = systems.stack([systems.single("dash", _scenario(n, b)) for b in n["batches"]])
+    dash_outs = families.run_outputs(dash, n["streams"], ctx.seed)
     rows = []
     for i, b in enumerate(n["batches"]):
-        tpot, ci = _tpot(dash_out, i)
+        tpot, ci = _tpot(dash_outs[i], i)
         rows.append({"panel": "b", "batch": b, "cores": 0, "system": "dash", "split": -1, "p50_tpot_ms": tpot,
                      "ci95_p50_tpot_ms": ci, "resident_experts": np.nan})
     for i, (b, s, k) in enumerate(grid):
-        tpot, ci = _tpot(out, i)
+        tpot, ci = _tpot(outs[i], i)
         rows.append({"panel": "b", "batch": b, "cores": CORES_B, "system": s, "split": k if s == "hybrid-split" else -1,
                      "p50_tpot_ms": tpot, "ci95_p50_tpot_ms": ci,
-                     "resident_experts": int(points[i].resident_experts)})
+                     "resident_experts": int(cpu.points[i].cpu.resident_experts)})
     return rows
 
 

@@ -18,8 +18,8 @@ from experiments import _dash_serving as ds
 from experiments.common import Comparison, Context, cached_table, save_figure
 from hbfjax.hardware import KiB, preset
 from hbfjax.workload import models
-from hbfjax.workload.scenarios import DASH_SPILLED_KV_BYTES
-from hbfjax.memory import organisations as orgs
+from hbfjax.serve.write_scenarios import DASH_SPILLED_KV_BYTES
+from hbfjax.serve import systems
 
 TITLE = "DASH Fig. 12 (system level) — Llama 4 Maverick 1/4K/1M on DASH: page size, tR, tPROG, D2D bandwidth"
 NAME = "dash12_sensitivity"
@@ -56,20 +56,20 @@ def _points(tiny: bool = False) -> list[dict]:
     return points
 
 
-def _org(p: dict) -> orgs.OrgKnobs:
-    """DASH with one parameter changed; the SRAM transfer region scales with the page wave (§VI-F)."""
-    base = orgs.dash()
-    scale = p["page_kib"] / NOMINAL["page_kib"]
-    return orgs.dash(link_gbps=p["link_tbps"] * 1e3, page_bytes=int(p["page_kib"] * KiB), t_read_us=p["t_read_us"],
-                     t_prog_us=p["t_prog_us"], hbf_sram_region_bytes=float(base.hbf_sram_region_bytes) * scale)
+def _scenario(p: dict, output: int) -> systems.Scenario:
+    """DASH's fixed batch of one request with one parameter changed; the SRAM transfer region scales with
+    the page wave (§VI-F: ``Scenario.page_bytes``)."""
+    return ds.scenario(MODEL, PROMPT, output, slots=1, requests=1, arrivals="batch", batch_size=1,
+                       max_iterations=output + PROMPT, link_gbps=p["link_tbps"] * 1e3,
+                       page_bytes=int(p["page_kib"] * KiB),
+                       org_changes=(("t_read_us", p["t_read_us"]), ("t_prog_us", p["t_prog_us"])))
 
 
 def _compute(ctx: Context) -> pd.DataFrame:
     output = _output(ctx)
     points = _points(ctx.tiny)
-    cfg = ds.config(MODEL, slots=1, requests=1, arrivals="batch", max_iterations=output + PROMPT)
-    reqs = ds.request_knobs(PROMPT, output, batch_size=1)
-    outs = ds.run([ds.knobs(_org(p), reqs) for p in points], cfg, 1, ctx.seed, split=False)  # equal iterations
+    fam = ds.family([("dash", _scenario(p, output)) for p in points])
+    outs = ds.run(fam, 1, ctx.seed, split=False)  # equal iterations
     rows = []
     for p, out in zip(points, outs):
         s = ds.summary(out)

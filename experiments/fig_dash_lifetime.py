@@ -20,8 +20,9 @@ from experiments.common import Comparison, Context, cached_table, fmt_ci, save_f
 from hbfjax.flash.erase import endurance
 from hbfjax.hardware import preset
 from hbfjax.memory import organisations as orgs
-from hbfjax.serve import load, metrics
+from hbfjax.serve import report, systems
 from hbfjax.stats import mean_ci95
+from hbfjax.sweep import families, load
 
 TITLE = "DASH §VI-H — HBF lifetime from the measured KV write rate (Qwen3-235B-A22B, backlogged, DASH)"
 NAME = "dash_lifetime"
@@ -50,11 +51,12 @@ def kv_capacity_bytes() -> float:
 
 def _compute(ctx: Context) -> pd.DataFrame:
     streams, warmup, measured = _size(ctx)
-    cfg = load.backlogged_config(ds.config(MODEL, slots=SLOTS, requests=warmup + measured, arrivals="poisson",
-                                           routing_kind="balanced"))
-    point = load.backlogged_knobs(ds.knobs(orgs.dash(), ds.request_knobs(PROMPT, OUTPUT)), cfg)
-    out = ds.run([point], cfg, streams, ctx.seed)[0]
-    t = metrics.times(out.arrival, out.first_token, out.finish, out.tokens_out, out.valid)
+    fam = systems.single("dash", ds.scenario(MODEL, PROMPT, OUTPUT, slots=SLOTS, requests=warmup + measured,
+                                             arrivals="poisson", routing="balanced"))
+    cfg = load.backlogged_config(fam.config)
+    point = load.backlogged_knobs(fam.points[0], cfg)
+    (out,) = families.run_outputs(fam._replace(config=cfg, points=(point,)), streams, ctx.seed)
+    t = report.request_times(out)
     rate, rate_ci = mean_ci95(load.completion_rate_per_s(np.where(t.valid, t.finish_s, np.inf), warmup, measured))
     m = models.preset(MODEL)
     prefill_bytes = PROMPT * m.kv_bytes_per_token_layer * m.layers  # prefill KV written straight to HBF

@@ -12,9 +12,9 @@ import pandas as pd
 from experiments import _dash_serving as ds
 from experiments.common import Comparison, Context, cached_table, fmt_ci, save_figure
 from hbfjax import batch
-from hbfjax.memory import organisations as orgs
-from hbfjax.serve import load, metrics
+from hbfjax.serve import metrics, report, systems
 from hbfjax.stats import mean_ci95
+from hbfjax.sweep import load
 from hbfjax.workload import models
 
 TITLE = "DASH Table III — Qwen3-235B-A22B P90 E2E and TPOT at 50/75/90 % of RelayOnly's backlogged load"
@@ -44,28 +44,28 @@ def _size(ctx: Context) -> tuple[int, int, int, tuple[str, ...]]:
 def _compute(ctx: Context) -> pd.DataFrame:
     streams, warmup, measured, modes = _size(ctx)
     requests = warmup + measured
-    backlog = ds.request_knobs(PROMPT, OUTPUT)
+    scenario = lambda mode, rate=1.0: ds.scenario(MODEL, PROMPT, OUTPUT, slots=SLOTS, requests=requests,  # noqa: E731
+                                                  arrivals="poisson", rate_per_s=rate, mode=mode, routing=ROUTING,
+                                                  warmup=warmup, measured=measured)
     rows, reference = [], None
     for mode in modes:  # the batcher's mode is static: one compilation each
-        cfg = ds.config(MODEL, slots=SLOTS, requests=requests, arrivals="poisson", mode=mode, routing_kind=ROUTING)
         for name in SYSTEMS:  # each a knob axis of one: the shape fig_dash_lifetime's run shares (one compilation)
-            point = batch.stack_knobs([ds.knobs(orgs.organisation(name), backlog)])
-            rates, overflow = load.backlogged_rates(point, cfg, min(streams, BACKLOG_STREAMS), ctx.seed, warmup,
-                                                    measured, knob_axis=True)
+            fam = systems.single(name, scenario(mode))
+            rates, overflow = load.backlogged_rates(batch.stack_knobs(list(fam.points)), fam.config,
+                                                    min(streams, BACKLOG_STREAMS), ctx.seed, warmup, measured,
+                                                    knob_axis=True, inputs=fam.inputs)
             mean, ci = mean_ci95(rates[:, 0])
             rows.append({"kind": "backlogged", "mode": mode, "system": name, "load": np.nan,
                          "rate_per_s": float(mean), "ci95_rate_per_s": float(ci), "overflow": overflow,
                          "streams": min(streams, BACKLOG_STREAMS)})
             if mode == "mixed" and name == "relay-only":
                 reference = float(mean)
-    cfg = ds.config(MODEL, slots=SLOTS, requests=requests, arrivals="poisson", mode="mixed", routing_kind=ROUTING)
     grid = [(x, n) for x in LOADS for n in SYSTEMS]
-    points = [ds.knobs(orgs.organisation(n), ds.request_knobs(PROMPT, OUTPUT, rate_per_s=load.rate_for_load(x, reference)))
-              for x, n in grid]
-    outs = ds.run(points, cfg, streams, ctx.seed)
+    fam = ds.family([(n, scenario("mixed", load.rate_for_load(x, reference))) for x, n in grid])
+    outs = ds.run(fam, streams, ctx.seed)
     per = {}
     for (x, name), out in zip(grid, outs):
-        t = metrics.times(out.arrival, out.first_token, out.finish, out.tokens_out, out.valid)
+        t = report.request_times(out)
         per[x, name] = metrics.per_stream(t, metrics.window(requests, warmup, measured))
         s = ds.summary(out, warmup, measured)
         rows.append({"kind": "online", "mode": "mixed", "system": name, "load": x,
@@ -136,7 +136,7 @@ def _comparisons(table: pd.DataFrame) -> list[Comparison]:
         dash_m, dash_s = _peak(table, "mixed", "dash")[0], _peak(table, "serial", "dash")[0]
         base = [gain(_peak(table, "mixed", n)[0], _peak(table, "serial", n)[0]) for n in SYSTEMS[1:]]
         over = [gain(_peak(table, m, "dash")[0], _peak(table, m, n)[0]) for m in ("mixed", "serial") for n in SYSTEMS[1:]]
-        peak_note = ("peak = backlogged completion rate (hbfjax.serve.load; the paper does not define its peak). "
+        peak_note = ("peak = backlogged completion rate (hbfjax.sweep.load; the paper does not define its peak). "
                      "Gap above 15 %: Serial fetches every needed expert twice per iteration (decode pass, prefill "
                      "pass), so its loss depends on how many passes need all experts, which follows the GPU and "
                      "delivery times the latency rows show differ from the paper's; not explained further")

@@ -13,7 +13,6 @@ import pandas as pd
 
 from experiments import _hbflex_serving as hs
 from experiments.common import Comparison, Context, cached_table, save_figure
-from hbfjax.workload import requests as rq
 
 TITLE = "HBFlex Fig. 15 — TTFT/TPOT speedups of HBFlex over FA-CLI, FA-CSI and H3 (4 models × 3 real traces)"
 NAME = "hbflex15_latency"
@@ -36,15 +35,13 @@ def _size(ctx: Context):
 
 def _compute(ctx: Context) -> pd.DataFrame:
     streams, warmup, measured, models, trace_keys, points = _size(ctx)
-    packages = hs.packages()
     rows = []
     for model in models:
-        cfg = hs.config(model, slots=SLOTS, requests=warmup + measured, replay="bootstrap" if ctx.tiny else "offset")
-        for key in trace_keys:
+        for key in trace_keys:  # one compilation per model: the trace is an input
             inputs = hs.trace_inputs(key, warmup + measured)
-            knobs = [hs.knobs(packages[p], rq.RequestKnobs.make()) for p in points]
-            for name, out in zip(points, hs.run(knobs, cfg, streams, ctx.seed, inputs)):
-                s = hs.summary(out, warmup)
+            fam = hs.family(points, hs.scenario(model, inputs, slots=SLOTS, requests=warmup + measured,
+                                                replay="bootstrap" if ctx.tiny else "offset", warmup=warmup))
+            for name, s in zip(points, hs.summaries(fam, hs.run(fam, streams, ctx.seed))):
                 rows.append({"model": model, "trace": key, "point": name, "streams": streams,
                              **hs.row(s, KEYS), **{k: s[k] for k in HBF_KEYS}, "overflow": s["overflow"]})
     return pd.DataFrame(rows)

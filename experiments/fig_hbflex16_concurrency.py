@@ -13,7 +13,6 @@ import pandas as pd
 from experiments import _hbflex_serving as hs
 from experiments.common import Comparison, Context, cached_table, save_figure
 from experiments.fig_hbflex15_latency import geomean
-from hbfjax.workload import requests as rq
 
 TITLE = "HBFlex Fig. 16 — throughput vs concurrent SWE-bench tasks: HBFlex over FA-CLI, FA-CSI and H3"
 NAME = "hbflex16_concurrency"
@@ -35,16 +34,13 @@ def _size(ctx: Context):
 
 def _compute(ctx: Context) -> pd.DataFrame:
     streams, warmup, measured, model_names, levels = _size(ctx)
-    packages = hs.packages()
     inputs = hs.trace_inputs(TRACE, warmup + measured)
     rows = []
     for model in model_names:
-        cfg = hs.config(model, slots=SLOTS, requests=warmup + measured, replay="bootstrap")
-        for c in levels:
-            knobs_req = rq.RequestKnobs.make(session_rate_factor=rq.concurrency_rate_factor(inputs, c))
-            points = [hs.knobs(packages[p], knobs_req) for p in POINTS]
-            for name, out in zip(POINTS, hs.run(points, cfg, streams, ctx.seed, inputs)):
-                s = hs.summary(out, warmup)
+        for c in levels:  # one compilation per model: the session rate is a knob
+            fam = hs.family(POINTS, hs.scenario(model, inputs, slots=SLOTS, requests=warmup + measured,
+                                                replay="bootstrap", concurrency=c, warmup=warmup))
+            for name, s in zip(POINTS, hs.summaries(fam, hs.run(fam, streams, ctx.seed))):
                 rows.append({"model": model, "concurrency": c, "point": name, "streams": streams,
                              **hs.row(s, ("throughput_tokens_per_s", "tpot_ms", "ttft_s", "mean_requests_in_system")),
                              "overflow": s["overflow"]})

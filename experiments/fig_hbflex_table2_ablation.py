@@ -5,6 +5,8 @@ to Naive HBF; WAF, read-wave amplification and write stall of each stage from th
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import matplotlib.pyplot as plt
 import numpy as np
@@ -14,7 +16,6 @@ from experiments import _hbflex_serving as hs
 from experiments.common import Comparison, Context, cached_table, save_figure
 from hbfjax.memory import hbf_packages
 from hbfjax.workload import models
-from hbfjax.workload import requests as rq
 
 TITLE = "HBFlex Table 2 — cumulative ablation on SWE-bench at high concurrency; Fig. 19 WAF in serving"
 NAME = "hbflex_table2_ablation"
@@ -44,18 +45,18 @@ def _compute(ctx: Context) -> pd.DataFrame:
     # Fig. 19's middle bar: lifetime packing without deferred reclamation (GC at the eviction threshold)
     stages["+lifetime packing"] = hbf_packages.PolicyKnobs(**{**vars(stages["+reclamation"]),
                                                               "gc_trigger": stages["+reclamation"].evict_threshold})
-    org = hbf_packages.hbflex().org
     rows = []
     for model in model_names:
-        cfg = hs.config(model, slots=SLOTS, requests=warmup + measured, replay="bootstrap")
         inputs = hs.trace_inputs(TRACE, warmup + measured)
-        factor = rq.concurrency_rate_factor(inputs, CONCURRENCY)
-        knobs_req = rq.RequestKnobs.make(session_rate_factor=factor)
         spec = models.preset(model).with_kv_precision(models.HBFLEX_KV_BYTES_PER_ELEMENT)
         room = ROOM_TOKENS * spec.kv_bytes_per_token
-        points = [hs.knobs(hbf_packages.Package(org, stages[s]), knobs_req, kv_room_bytes=room) for s in STAGES]
-        for name, out in zip(STAGES, hs.run(points, cfg, streams, ctx.seed, inputs)):
-            s = hs.summary(out, warmup)
+        # each stage is a policy on HBFlex's package: knob points of HBFlex's family
+        base = hs.family(["hbflex"], hs.scenario(model, inputs, slots=SLOTS, requests=warmup + measured,
+                                                 replay="bootstrap", concurrency=CONCURRENCY, kv_room_bytes=room,
+                                                 warmup=warmup))
+        points = [dataclasses.replace(base.points[0], policy=stages[s]) for s in STAGES]
+        fam = base.with_points(points, STAGES)
+        for name, s in zip(STAGES, hs.summaries(fam, hs.run(fam, streams, ctx.seed))):
             rows.append({"model": model, "stage": name, "streams": streams, "room_gb": room / 1e9,
                          **hs.row(s, ("throughput_tokens_per_s", "ttft_s", "tpot_ms")),
                          **{k: s[k] for k in ("waf", "read_wave_amplification", "write_stall_us_per_iteration",

@@ -17,9 +17,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from hbfjax import batch, rng
+from hbfjax import rng
 from hbfjax.memory import organisations as orgs
-from hbfjax.serve import metrics, system
+from hbfjax.serve import metrics, report
+from hbfjax.sweep import families
 from hbfjax.tune import grid as tune_grid
 from hbfjax.tune import loop
 from hbfjax.tune.problems import dash_split
@@ -77,19 +78,19 @@ def relaxed():
 
 @pytest.fixture(scope="module")
 def engine():
-    """The engine run the existing way (``batch.run`` of ``system.simulate`` over a knob axis, knobs built
-    from the organisation constructors, ``metrics.summary``): fixed splits at (SLOPE_AT, MID_GB) and
-    (0.5, MID_GB), then the balanced split at MID_GB; per point (throughput, busy µs, iterations)."""
-    sp = dash_split.base_knobs(SETTINGS["batch"], SETTINGS["prompt"], SETTINGS["output"])
+    """The engine run the front door's way (the named system ``dash`` through ``systems``, its knob points by
+    ``dataclasses.replace``, ``sweep.families.run_outputs``, ``metrics.summary``): fixed splits at
+    (SLOPE_AT, MID_GB) and (0.5, MID_GB), then the balanced split at MID_GB; per point (throughput, busy µs,
+    iterations)."""
+    fam = dash_split.family(SETTINGS["model"], SETTINGS["batch"], SETTINGS["prompt"], SETTINGS["output"])
     points = [(0.0, SLOPE_AT), (0.0, 0.5), (1.0, 0.5)]  # (balanced_split, relay_fraction)
-    knobs = [system.ServeKnobs.make(orgs.dash(balanced_split=b, relay_fraction=f), sp.gpu, sp.batcher, sp.requests,
-                                    hbm_kv_budget_bytes=MID_GB * 1e9) for b, f in points]
-    cfg = dash_split.serve_config(MODEL, SETTINGS["batch"], SETTINGS["prompt"], SETTINGS["output"])
-    out = batch.run(system.simulate, SETTINGS["streams"], SEED, batch.stack_knobs(knobs), cfg, knob_axis=True)
+    base = fam.points[0]
+    knobs = [dataclasses.replace(base, org=orgs.dash(balanced_split=b, relay_fraction=f),
+                                 hbm_kv_budget_bytes=jnp.float32(MID_GB * 1e9)) for b, f in points]
+    outs = families.run_outputs(fam.with_points(knobs, ("fixed", "plateau", "balanced")), SETTINGS["streams"], SEED)
     rows = []
-    for k in range(len(points)):
-        o = jax.tree_util.tree_map(lambda a, k=k: a[:, k], out)
-        s = metrics.summary(metrics.times(o.arrival, o.first_token, o.finish, o.tokens_out, o.valid))
+    for o in outs:
+        s = metrics.summary(report.request_times(o))
         rows.append((s["throughput_tokens_per_s"], float(o.totals.busy_us[0]), int(o.iterations[0])))
     return rows
 

@@ -18,7 +18,6 @@ import pytest
 
 from _tiny_models import GQA
 from hbfjax import batch as hb
-from hbfjax.serve import hbflex_system as hs
 from hbfjax.serve import metrics
 from hbfjax.tune.grid import evaluate, evaluate_grid
 from hbfjax.tune.loop import tune
@@ -61,20 +60,13 @@ def exact_values(seed: int = SEED) -> np.ndarray:
     return np.asarray(_exact_fn()(stack, jnp.uint32(seed)), np.float64)
 
 
-def _split_sim(stream_id, seed, kn, inputs, config):
-    knobs, split = kn
-    return hs.simulate(stream_id, seed, knobs, inputs, config, split)
-
-
 @functools.lru_cache(maxsize=None)
 def engine_runs():
-    """The engine's own runs (batch.run) of every point, the split riding on the knob axis."""
-    s = hsr.Settings(**SETTINGS)
-    pkg = hsr.package(s)
-    bare = hs.bare_table(pkg)
-    kn = hsr.knobs(s, pkg)
-    stacked = hb.stack_knobs([(kn, hs.SramSplit(jnp.asarray(q, jnp.float32), bare)) for q in points()])
-    return hb.run(_split_sim, STREAMS, SEED, stacked, hsr.config(s), knob_axis=True)
+    """The engine's own runs (batch.run of the family's simulate) of every point, the split riding on the knob axis."""
+    fam = hsr.family(hsr.Settings(**SETTINGS))
+    stacked = [hsr.at_split(fam.points[0], q) for q in points()]
+    return hb.run(fam.simulate, STREAMS, SEED, hb.stack_knobs(stacked), fam.config, knob_axis=True,
+                  inputs=fam.inputs_for(stacked))
 
 
 @functools.lru_cache(maxsize=None)
@@ -99,9 +91,8 @@ def test_the_grid_is_the_simplex_and_bad_settings_are_refused():
 
 
 def test_the_exact_objective_is_the_engines_throughput_point_by_point():
-    out = engine_runs()
+    o = engine_runs()
     vals = exact_values()
-    o = out.serve
     for k in range(len(points())):
         take = lambda a, k=k: jax.tree_util.tree_map(lambda x: x[:, k], a)  # noqa: E731
         t = metrics.times(take(o.arrival), take(o.first_token), take(o.finish), o.tokens_out[:, k], o.valid[:, k])
@@ -112,14 +103,13 @@ def test_the_exact_objective_is_the_engines_throughput_point_by_point():
 
 
 def test_the_draws_do_not_depend_on_the_split():
-    out = engine_runs()
-    o = out.serve
+    out = o = engine_runs()
     # the same requests at every point (common random numbers), and the split changes the timing only
     for k in range(1, len(points())):
         np.testing.assert_array_equal(o.tokens_out[:, k], o.tokens_out[:, 0])
         np.testing.assert_array_equal(np.asarray(o.iterations)[:, k], np.asarray(o.iterations)[:, 0])
     # a starved KV buffer forces writebacks and is slower: the landscape slopes (the second FAR point)
-    forced = np.asarray(out.hbf.forced_writebacks)
+    forced = np.asarray(out.parts["writes"].totals.forced_writebacks)
     assert np.all(forced[:, -1] > forced[:, -2])
     vals = exact_values()
     assert vals[-1] > vals[-2]

@@ -60,3 +60,12 @@ def time_serving(simulate, config, knobs, inputs, streams: int, seed: int):
     compile_s, run_s = time_compiled(call, repeats=1)
     out, cpu_s = last
     return compile_s, run_s, cpu_s, out, np.asarray(ids) < streams
+
+
+def time_family(family, streams: int, seed: int):
+    """(compile_s, run_s, run_cpu_s, stream-iterations with work) of a one-point serving family
+    (``hbfjax.serve.systems.Family``) over ``streams`` streams; refused if a stream overflowed."""
+    compile_s, run_s, cpu_s, out, valid = time_serving(family.simulate, family.config, family.points[0], family.inputs,
+                                                       streams, seed)
+    assert not np.asarray(out.overflow)[valid].any(), "a stream overflowed: raise the scenario's max_iterations"
+    return compile_s, run_s, cpu_s, int(np.asarray(out.iterations)[valid].sum())

@@ -1,6 +1,6 @@
 """Serving-engine iterations per second (issue 11 "Performance"): streams × iterations of
-``hbfjax.serve.system.simulate`` against its plain-Python reference (``hbfjax.serve.reference.serve``)
-in the same run.
+``hbfjax.serve.engine.simulate`` (the named system ``dash`` of ``hbfjax.serve.systems``) against its
+plain-Python reference (``hbfjax.serve.reference.serve``) in the same run.
 
 One event is one stream-iteration with work (``ServeOutput.iterations``; the reference's
 ``Result.iterations``, counted the same way). The reference serves one stream of the same shape,
@@ -27,43 +27,34 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
 
 from hbfjax import batch, clock
-from hbfjax.bench._timing import row, time_serving
-from hbfjax.memory import organisations as orgs
-from hbfjax.serve import reference, system
-from hbfjax.serve.state import BatcherConfig, BatcherKnobs
-from hbfjax.workload import models, timing
+from hbfjax.bench._timing import row, time_family
+from hbfjax.serve import reference, systems
+from hbfjax.workload import models
 from hbfjax.workload import requests as rq
 
 SEED = 1
+SLOTS = 32
 REQUESTS = 32  # per stream, Qwen3 row
 VIDUR_REQUESTS, VIDUR_LOAD = 1152, 0.77
+VIDUR_TOKEN_BUDGET = 512  # Vidur's shape: Sarathi's 512-token chunk is its iteration budget
 
 
-def _setup(model, arrivals: str, n: int, rate: float, prompt: int, output: int, chunk: int, budget: int,
-           max_iterations: int):
-    config = system.ServeConfig(model=model, batcher=BatcherConfig(slots=32),
-                                requests=rq.RequestsConfig(requests=n, arrivals=arrivals),
-                                max_pass_tokens=system.pass_token_bound(32, chunk, budget), max_iterations=max_iterations)
-    knobs = system.ServeKnobs.make(orgs.dash(), timing.GpuKnobs.make("h100-pcie"),
-                                   BatcherKnobs.make(chunk_tokens=chunk, token_budget=budget),
-                                   rq.RequestKnobs.make(rate_per_s=rate, batch=n, prompt=rq.LengthKnobs.make(prompt),
-                                                        output=rq.LengthKnobs.make(output)))
-    return config, knobs
+def _setup(model, arrivals: str, n: int, rate: float, prompt: int, output: int, max_iterations: int, *,
+           token_budget: int = systems.TOKEN_BUDGET) -> systems.Family:
+    """DASH serving ``n`` requests of ``prompt`` → ``output`` tokens in 32 slots (``arrivals`` "poisson" at
+    ``rate``, or "batch": all at t = 0) with DASH's chunk and ``token_budget``: one family, one point."""
+    knobs = rq.RequestKnobs.make(rate_per_s=rate, batch=n, prompt=rq.LengthKnobs.make(prompt),
+                                 output=rq.LengthKnobs.make(output))
+    sc = systems.Scenario(model=model, requests=rq.RequestsConfig(requests=n, arrivals=arrivals), request_knobs=knobs,
+                          slots=SLOTS, token_budget=token_budget, max_iterations=max_iterations)
+    return systems.single("dash", sc)
 
 
-def _timed(config, knobs, streams: int):
-    """(compile_s, run_s, run_cpu_s, stream-iterations) of ``streams`` streams."""
-    compile_s, run_s, cpu_s, out, valid = time_serving(system.simulate, config, knobs, None, streams, SEED)
-    assert not np.asarray(out.overflow)[valid].any(), "a stream overflowed: raise max_iterations"
-    return compile_s, run_s, cpu_s, int(np.asarray(out.iterations)[valid].sum())
-
-
-def _reference(config, knobs, max_iterations=None) -> tuple[float, int]:
+def _reference(fam: systems.Family, max_iterations=None) -> tuple[float, int]:
     """(seconds per iteration, iterations) of the plain-Python reference on stream 0."""
-    res, _, step = reference.serve(0, SEED, knobs, config, max_iterations=max_iterations)
+    res, _, step = reference.serve(0, SEED, fam.points[0], fam.config, max_iterations=max_iterations)
     return step.loop_s / max(res.iterations, 1), res.iterations
 
 
@@ -71,24 +62,25 @@ def run(scale: float) -> list[dict]:
     rows = []
     streams = max(8, int(1024 * scale))
     qwen = models.preset("qwen3-235b-a22b")
-    config, knobs = _setup(qwen, "poisson", REQUESTS, 2.0, 1024, 128, 512, 8192, 20_000)
-    compile_s, run_s, cpu_s, events = _timed(config, knobs, streams)
-    ref_s, ref_it = _reference(config, knobs)
+    fam = _setup(qwen, "poisson", REQUESTS, 2.0, 1024, 128, 20_000)
+    compile_s, run_s, cpu_s, events = time_family(fam, streams, SEED)
+    ref_s, ref_it = _reference(fam)
     rows.append(row(f"serve qwen3 dash poisson {streams}x{REQUESTS}req", events, "stream-iterations", compile_s, run_s,
                     ref_s, streams=streams, run_cpu_s=cpu_s, reference_iterations=ref_it))
 
     llama = models.preset("llama3-8b")
-    shape = dict(prompt=4096, output=128, chunk=512, budget=512, max_iterations=40_000)
+    shape = dict(prompt=4096, output=128, max_iterations=40_000, token_budget=VIDUR_TOKEN_BUDGET)
     t0 = time.perf_counter()
-    b_config, b_knobs = _setup(llama, "batch", VIDUR_REQUESTS, 1.0, **shape)
-    backlog = batch.run(system.simulate, 1, SEED, b_knobs, b_config)
+    backlogged = _setup(llama, "batch", VIDUR_REQUESTS, 1.0, **shape)
+    backlog = batch.run(backlogged.simulate, 1, SEED, backlogged.points[0], backlogged.config,
+                        inputs=backlogged.inputs)
     backlog_s = time.perf_counter() - t0
     makespan_s = float(clock.to_us(backlog.finish).max()) * 1e-6
     capacity = VIDUR_REQUESTS / makespan_s  # requests/s when backlogged
     v_streams = max(4, int(64 * scale))
-    config, knobs = _setup(llama, "poisson", VIDUR_REQUESTS, VIDUR_LOAD * capacity, **shape)
-    compile_s, run_s, cpu_s, events = _timed(config, knobs, v_streams)
-    ref_s, ref_it = _reference(config, knobs, max_iterations=2_000)
+    fam = _setup(llama, "poisson", VIDUR_REQUESTS, VIDUR_LOAD * capacity, **shape)
+    compile_s, run_s, cpu_s, events = time_family(fam, v_streams, SEED)
+    ref_s, ref_it = _reference(fam, max_iterations=2_000)
     rows.append(row(f"serve vidur-shape llama3-8b dash {v_streams}x{VIDUR_REQUESTS}req", events, "stream-iterations",
                     compile_s, run_s, ref_s, streams=v_streams, run_cpu_s=cpu_s, backlogged_requests_per_s=capacity,
                     rate_per_s=VIDUR_LOAD * capacity, backlog_run_s=backlog_s, reference_iterations=ref_it,

@@ -31,7 +31,8 @@ SYSTEMS, RATES = ("dash", "relay-only", "direct-only"), ("1", "2", "3")
 
 def _sweep(points, parser, per_call: int, folder: Path, name: str) -> tuple[float, list[dict]]:
     table = ResultTable(folder / name, name).open()
-    items = runner.work_items("serve", serve_command, parser, points, per_call)
+    target = runner.Target("serve", parser, serve_command.compute, serve_command.plan, serve_command.assemble)
+    items = runner.work_items(target, points, per_call)
     t0 = time.perf_counter()
     rows = runner.execute(items, clusters.Cluster(0, 1, None), table, runner.Progress(len(points), quiet=True))
     return time.perf_counter() - t0, rows
@@ -51,8 +52,7 @@ def run(scale: float) -> list[dict]:
     failed = [r["error"] for r in rows if r["status"] != "ok"]
     assert not failed, failed
     events = sum(float(r["iterations_mean"]) * streams for r in rows)
-    config, knobs = _setup(models.preset("qwen3-235b-a22b"), "poisson", REQUESTS, 2.0, 1024, 128, 512, 8192, 100_000)
-    ref_s, ref_it = _reference(config, knobs)
+    ref_s, ref_it = _reference(_setup(models.preset("qwen3-235b-a22b"), "poisson", REQUESTS, 2.0, 1024, 128, 100_000))
     return [row(f"sweep serve qwen3 {len(points)} points x {streams} streams", events, "stream-iterations",
                 max(first_s - run_s, 0.0), run_s, ref_s, streams=streams, points=len(points),
                 points_per_call=per_call, points_per_s=len(points) / run_s, reference_iterations=ref_it)]

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 
+from hbfjax import batch
 from hbfjax.flash.erase import kv_lifetimes as kv
 from hbfjax.tune.problem import Knob, Log2Size, Problem, TuneDefaults
 from hbfjax.validate import ConfigError, require_int, require_real
@@ -113,14 +114,14 @@ def make(*, streams: int = 8, lam: float | None = None, **settings) -> Problem:
     exact_cfg, soft_cfg = s.config(False), s.config(True)
     base = kv.KvKnobs.make(exact_cfg, mean_lifetime_ticks=s.mean_lifetime_ticks)
     inputs = kv.KvInputs.make()
-    ids = jnp.arange(streams, dtype=jnp.int32)
+    over_streams = batch.over_streams(kv.simulate, streams)
 
     def metrics(values, seed, relax) -> dict:
         cfg = exact_cfg if relax is None else soft_cfg
         knobs = dataclasses.replace(base, group_size=jnp.asarray(values[KNOB], jnp.float32))
         if relax is not None:
             knobs = dataclasses.replace(knobs, read_temperature_pages=jnp.asarray(relax.temperature, jnp.float32))
-        out = jax.vmap(lambda i: kv.simulate(i, seed, knobs, inputs, cfg))(ids)
+        out = over_streams(seed, knobs, inputs, cfg)
         return {k: v.mean() for k, v in stream_metrics(out).items()}
 
     def objective(values, seed, relax=None):

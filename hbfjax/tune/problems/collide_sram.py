@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from hbfjax import batch
 from hbfjax.flash.reads import workingset
 from hbfjax.flash.reads.collide import max_load, offload_hot_planes, plane_loads
 from hbfjax.hardware import MB
@@ -103,13 +104,14 @@ def make(*, streams: int = 16, lam: float | None = None, planes: int = PLANES, s
                                          measurements=measurements)
     inputs = context_pool()
     base = workingset.WorkingSetKnobs.make(kv_bytes_per_token, group_size=1)
-    ids = jnp.arange(streams, dtype=jnp.int32)
 
     def outputs(values, seed, relax):
         placement = dataclasses.replace(base.placement, group_size=jnp.round(values["group_size"]).astype(jnp.int32),
                                         offload_fraction=jnp.asarray(values["offload_fraction"], jnp.float32))
         knobs = dataclasses.replace(base, placement=placement)
-        return jax.vmap(lambda s: workingset.simulate(s, seed, knobs, inputs, config, measure(relax)))(ids)
+        simulate = lambda s, seed, knobs, inputs, config: workingset.simulate(  # noqa: E731
+            s, seed, knobs, inputs, config, measure(relax))
+        return batch.over_streams(simulate, streams)(seed, knobs, inputs, config)
 
     def objective(values, seed, relax):
         out = outputs(values, seed, relax)

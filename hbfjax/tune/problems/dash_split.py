@@ -2,8 +2,9 @@
 §V-C, §VI-E; issue 13 problem 3).
 
 A fixed batch (all requests queued at t = 0, so the GPU never idles and the throughput is the
-saturated one) is served on DASH (``hbfjax.memory.organisations.dash``, ``balanced_split = 0``) by the
-serving engine (``hbfjax.serve.system.simulate``). The two knobs:
+saturated one) is served on DASH (the named system ``dash`` with ``balanced_split = 0``,
+``hbfjax.serve.systems``) by the serving engine (``hbfjax.serve.engine.simulate``, streams vmapped by
+``hbfjax.batch.over_streams``). The two knobs:
 
 * ``relay_fraction`` (Fraction 0–1): the share of each MoE layer's needed experts sent over Relay,
   ``round(relay_fraction · n)`` whole experts (``OrgKnobs.relay_fraction``). The layer's expert delivery
@@ -13,13 +14,15 @@ serving engine (``hbfjax.serve.system.simulate``). The two knobs:
   back to HBF (``ServeKnobs.hbm_kv_budget_bytes``). It sets how much of the attention's KV is read from
   HBM rather than HBF (prefill KV is written straight to HBF), and how much is written back.
 
-Objective: ``−throughput`` (output tokens/s per stream, from the first arrival to the last finish, as
-``hbfjax.serve.metrics``), averaged over ``streams`` streams on common random numbers (requests and
+Objective: ``−throughput`` (output tokens/s per stream, from the first arrival to the last finish:
+``hbfjax.serve.jit_metrics.throughput_tokens_per_s``, the in-jit form of ``hbfjax.serve.metrics``'
+``throughput_tokens_per_s``), averaged over ``streams`` streams on common random numbers (requests and
 routing hash only (seed, stream, pass, layer)).
 
-Relaxation (``relax`` given; temperature in **µs** of path delivery time): ``round(relay_fraction · n)``
-straight through (forward exact) and the two maxima of each layer's expert delivery (a path's transfer
-against the shared-array floor, then ``max(T_Direct, T_Relay)``) as ``soft_max``: bias per MoE layer
+Relaxation (``relax`` given; temperature in **µs** of path delivery time, ``engine.ServeRelax.delivery_us``):
+``round(relay_fraction · n)`` straight through (forward exact) and the two maxima of each layer's expert
+delivery (a path's transfer against the shared-array floor, then ``max(T_Direct, T_Relay)``) as
+``soft_max``: bias per MoE layer
 and pass in [0, 2 · t · log 2] µs, so the relaxed busy time exceeds the exact one by at most
 ``2 · t · log 2 · MoE layers · passes`` and the relaxed throughput is never above the exact one. The
 budget acts through whole tokens and page-wave units of the KV booking (exact derivative zero); the
@@ -48,76 +51,52 @@ import math
 import jax
 import jax.numpy as jnp
 
-from hbfjax import clock
+from hbfjax import batch as hb
 from hbfjax.memory import delivery
-from hbfjax.memory import organisations as orgs
-from hbfjax.serve import system
-from hbfjax.serve.state import BatcherConfig, BatcherKnobs
+from hbfjax.serve import engine, jit_metrics, systems
 from hbfjax.tune.problem import Fraction, Knob, Problem, TuneDefaults
 from hbfjax.validate import require, require_choice, require_int
-from hbfjax.workload import gpus, models, timing
+from hbfjax.workload import gpus, models
 from hbfjax.workload import requests as rq
 
 NAME = "dash-split"
-CHUNK_TOKENS, TOKEN_BUDGET = 512, 8192  # DASH §VI-E
-GPU = "h100-pcie"  # DASH §VI-A
+SYSTEM = "dash"
 ITERATION_MARGIN = 64
+SCAN_CHUNK = 32
 RELAY_GRID = tuple(round(0.05 * i, 2) for i in range(21))
 BUDGET_GRID_SHARES = (0.0, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0)  # of the peak decode KV
 
 
 def iterations_bound(batch: int, prompt: int, output: int) -> int:
     """Iterations a fixed batch needs at most: its B·⌈L_in/chunk⌉ chunks at no fewer than
-    min(B, (budget − B) // chunk) an iteration, then L_out − 1 decode iterations."""
-    per_iteration = max(1, min(batch, (TOKEN_BUDGET - batch) // CHUNK_TOKENS))
-    return math.ceil(batch * math.ceil(prompt / CHUNK_TOKENS) / per_iteration) + output - 1 + ITERATION_MARGIN
+    min(B, (budget − B) // chunk) an iteration, then L_out − 1 decode iterations (DASH §VI-E's batcher,
+    ``systems.CHUNK_TOKENS`` and ``TOKEN_BUDGET``)."""
+    chunk, budget = systems.CHUNK_TOKENS, systems.TOKEN_BUDGET
+    per_iteration = max(1, min(batch, (budget - batch) // chunk))
+    return math.ceil(batch * math.ceil(prompt / chunk) / per_iteration) + output - 1 + ITERATION_MARGIN
 
 
-def serve_config(model: models.ModelSpec, batch: int, prompt: int, output: int) -> system.ServeConfig:
-    """The fixed-batch ServeConfig (as ``hbfjax serve`` builds one: pass tokens = min(budget, B·(1 + chunk)))."""
-    return system.ServeConfig(model=model, batcher=BatcherConfig(slots=batch, mode="mixed"),
-                              requests=rq.RequestsConfig(requests=batch, arrivals="batch"),
-                              max_pass_tokens=system.pass_token_bound(batch, CHUNK_TOKENS, TOKEN_BUDGET),
-                              max_iterations=iterations_bound(batch, prompt, output), scan_chunk=32)
+def scenario(model, batch: int, prompt: int, output: int, gpu: str = systems.DASH_GPU,
+             balanced: bool = False) -> systems.Scenario:
+    """The fixed batch on ``gpu`` with DASH's batcher, the HBM KV budget at 0 (the knob sets it) and DASH
+    with a fixed split (or the balanced one)."""
+    return systems.Scenario.fixed_batch(model, batch, prompt, output, gpu=gpu, hbm_kv_budget_bytes=0.0,
+                                        org_changes=(("balanced_split", 1.0 if balanced else 0.0),),
+                                        max_iterations=iterations_bound(batch, prompt, output), scan_chunk=SCAN_CHUNK)
 
 
-def base_knobs(batch: int, prompt: int, output: int, gpu: str = GPU, balanced: bool = False) -> system.ServeKnobs:
-    """DASH with a fixed split (or the balanced one), the GPU, DASH's batcher and the fixed batch."""
-    org = orgs.dash(balanced_split=1.0 if balanced else 0.0)
-    lengths = dict(prompt=rq.LengthKnobs.make(prompt), output=rq.LengthKnobs.make(output))
-    return system.ServeKnobs.make(org, timing.GpuKnobs.make(gpu),
-                                  BatcherKnobs.make(chunk_tokens=CHUNK_TOKENS, token_budget=TOKEN_BUDGET),
-                                  rq.RequestKnobs.make(batch=batch, **lengths), hbm_kv_budget_bytes=0.0)
+def family(model, batch: int, prompt: int, output: int, gpu: str = systems.DASH_GPU,
+           balanced: bool = False) -> systems.Family:
+    """DASH serving the fixed batch (:func:`scenario`): its config, one knob point and its inputs."""
+    return systems.single(SYSTEM, scenario(model, batch, prompt, output, gpu, balanced))
 
 
-def with_values(knobs: system.ServeKnobs, values: dict, temperature_us=None) -> system.ServeKnobs:
+def with_values(knobs: engine.ServeKnobs, values: dict, temperature_us=None) -> engine.ServeKnobs:
     """``knobs`` at the knob values (f32[] each), relaxed at ``temperature_us`` (None: exact)."""
     org = dataclasses.replace(knobs.org, relay_fraction=jnp.asarray(values["relay_fraction"], jnp.float32))
     budget = jnp.asarray(values["hbm_kv_budget_gb"], jnp.float32) * 1e9
-    return dataclasses.replace(knobs, org=org, hbm_kv_budget_bytes=budget, relax_temperature_us=temperature_us)
-
-
-def span_s(out: system.ServeOutput) -> jax.Array:
-    """float32[] seconds from the first valid arrival to the last valid finish of one stream."""
-    big = jnp.int32(2**31 - 1)
-    last_s = jnp.where(out.valid, out.finish.s, -1).max()
-    last = clock.Clock(last_s, jnp.where(out.valid & (out.finish.s == last_s), out.finish.us, -1.0).max())
-    first_s = jnp.where(out.valid, out.arrival.s, big).min()
-    first = clock.Clock(first_s, jnp.where(out.valid & (out.arrival.s == first_s), out.arrival.us, 1e7).min())
-    return clock.diff_us(last, first) * 1e-6
-
-
-def throughput_tokens_per_s(out: system.ServeOutput) -> jax.Array:
-    """float32[] output tokens over the span of one stream (``metrics.per_stream`` with no warm-up)."""
-    tokens = jnp.where(out.valid, out.tokens_out, 0).sum().astype(jnp.float32)
-    return tokens / span_s(out)
-
-
-def tpot_ms(out: system.ServeOutput) -> jax.Array:
-    """float32[] mean TPOT (ms) of one stream's requests with more than one output token."""
-    several = out.valid & (out.tokens_out > 1)
-    per = clock.diff_us(out.finish, out.first_token) * 1e-3 / jnp.maximum(out.tokens_out - 1, 1)
-    return jnp.where(several, per, 0.0).sum() / jnp.maximum(several.sum(), 1)
+    relax = None if temperature_us is None else engine.ServeRelax(delivery_us=temperature_us)
+    return dataclasses.replace(knobs, org=org, hbm_kv_budget_bytes=budget, relax=relax)
 
 
 def _utilisation(nbytes, gbps, busy_us) -> jax.Array:
@@ -125,7 +104,7 @@ def _utilisation(nbytes, gbps, busy_us) -> jax.Array:
 
 
 def make(*, streams: int = 1, lam: float | None = None, model: str = "mixtral-8x22b", batch: int = 64,
-         prompt: int = 256, output: int = 512, gpu: str = GPU) -> Problem:
+         prompt: int = 256, output: int = 512, gpu: str = systems.DASH_GPU) -> Problem:
     """The problem on ``model`` serving a fixed batch of ``batch`` requests of ``prompt`` → ``output``
     tokens on ``gpu`` (module docstring). ``lam`` has no meaning here (no penalty): it must be None."""
     c = NAME
@@ -138,30 +117,34 @@ def make(*, streams: int = 1, lam: float | None = None, model: str = "mixtral-8x
     output = require_int(c, "output", output, 2, rq.MAX_TOKENS)
     spec = models.preset(model)
     require_int(c, "model.routed_experts", spec.routed_experts, 2)  # a split needs experts to split
-    config = serve_config(spec, batch, prompt, output)
-    fixed, balanced = base_knobs(batch, prompt, output, gpu), base_knobs(batch, prompt, output, gpu, balanced=True)
+    fixed, balanced = family(model, batch, prompt, output, gpu), family(model, batch, prompt, output, gpu, True)
+    require(fixed.config == balanced.config, c, "config", balanced.config, "the balanced split must share the config")
+    config, inputs = fixed.config, fixed.inputs
     peak_gb = batch * output * spec.kv_bytes_per_token / 1e9
-    ids = jnp.arange(streams, dtype=jnp.int32)
+    over_streams = hb.over_streams(fixed.simulate, streams)
 
     def run(knobs, seed):
-        return jax.vmap(lambda i: system.simulate(i, seed, knobs, None, config))(ids)
+        return over_streams(seed, knobs, inputs, config)
+
+    def throughput(out):
+        return jax.vmap(jit_metrics.throughput_tokens_per_s)(out)
 
     def objective(values, seed, relax=None):
         t = None if relax is None else relax.temperature
-        out = run(with_values(fixed, values, t), seed)
-        return -jnp.mean(jax.vmap(throughput_tokens_per_s)(out))
+        out = run(with_values(fixed.points[0], values, t), seed)
+        return -jnp.mean(throughput(out))
 
     def report(values, seed):
-        knobs = with_values(fixed, values)
+        knobs = with_values(fixed.points[0], values)
         out = run(knobs, seed)
-        ref = run(with_values(balanced, values), seed)
+        ref = run(with_values(balanced.points[0], values), seed)
         tot = out.totals
         r = delivery.rates(knobs.org)
         mean = lambda x: jnp.mean(jnp.asarray(x, jnp.float32))  # noqa: E731
         return {
-            "throughput_tokens_per_s": mean(jax.vmap(throughput_tokens_per_s)(out)),
-            "balanced_throughput_tokens_per_s": mean(jax.vmap(throughput_tokens_per_s)(ref)),
-            "tpot_ms": mean(jax.vmap(tpot_ms)(out)),
+            "throughput_tokens_per_s": mean(throughput(out)),
+            "balanced_throughput_tokens_per_s": mean(throughput(ref)),
+            "tpot_ms": mean(jax.vmap(jit_metrics.mean_tpot_ms)(out)),
             "writeback_gb": mean(tot.writeback_bytes) * 1e-9,
             "write_stall_s": mean(tot.write_stall_us) * 1e-6,
             "busy_s": mean(tot.busy_us) * 1e-6,

@@ -1,30 +1,36 @@
 """Problem ``hbflex-sram``: the HBFlex base-die SRAM split between hot-plane offload, weight prefetch and
 KV buffering for a serving workload (issue 13 problem 4; HBFlex §5.2–5.3, §6.5 Fig. 20).
 
-The package SRAM (HBFlex §6.1: 40 MB per stack) less one GC migration block is divided into three
-shares (``hbflex_system.SramSplit``, whose docstring states every modelling choice the paper does not):
-the offload share caps the hot-plane excess served from SRAM per layer read (more waves where it
-binds), the prefetch share holds part of the prefetch group (shorter write windows where it binds),
-the KV share is the window-aware writeback's buffer (forced, stalling writebacks where it binds).
+The package SRAM (HBFlex §6.1: 40 MB per stack) less one GC migration block (the config's pages per
+block) is divided into three shares (``ServeKnobs.sram_shares``; ``hbfjax.serve.parts.sram``, whose
+docstring states every modelling choice the paper does not): the offload share caps the hot-plane excess
+served from SRAM per layer read (more waves where it binds), the prefetch share holds part of the
+prefetch group (shorter write windows where it binds), the KV share is the window-aware writeback's
+buffer (forced, stalling writebacks where it binds).
+
+The run is HBFlex's named system (``hbflex``, ``hbfjax.serve.systems``) serving the settings' fixed batch,
+its package's SRAM, offload fraction and plane-group size changed, streams vmapped by
+``hbfjax.batch.over_streams``.
 
 Objective (MINIMISED): −throughput in tokens/s, the output tokens of a fixed batch of long-context
-requests over the busy time (all arrive at t = 0, so the busy time is the span from the first arrival
-to the last finish: ``metrics.per_stream``'s ``throughput_tokens_per_s``), averaged over the streams.
+requests over the span from the first arrival to the last finish (``hbfjax.serve.jit_metrics``, the
+in-jit form of ``metrics.per_stream``'s ``throughput_tokens_per_s``; all arrive at t = 0 and no GC runs,
+so the span is the busy time), averaged over the streams.
 The synthetic workload by default (lognormal prompt lengths around ``prompt_tokens``): the real
 traces are absent in CI.
 
-Relaxation (``relax`` given): the temperature is in **pages** (the package's 4 KiB HBF page) in every
-relaxed quantity: the three caps ``min(need, cap)`` as ``soft_min`` (bias ≤ t · log 2 pages below the
-exact min), the forced-writeback indicator as ``soft_step`` on the buffer's overflow in pages (bias
-≤ exp(−|overflow| / t) per layer; an overflow is a fraction of one layer's new KV, so this bias
-vanishes only for t well below it), its stripe round-up and the program rounds straight-through
-(forward exact, derivative of the continuous surrogate); the drain stays exact (``hbf_writes``). The
-schedule runs 64 → 4 pages: a forced writeback near its threshold multiplies the KV buffer's
-tangent by up to 1 − G / (4t) − 1/2 in magnitude (G = 32-page stripes), and on the default run the
-forward derivatives overflow to NaN at t ≤ 2 pages (finite at 4). The offload
-share's effect (fewer sensing rounds) is continuous in the exact simulation already; the prefetch
-share acts only through whole tPROG rounds of the write window, a step with zero derivative. The
-rollout is a ``lax.while_loop``: ``reverse_mode=False``.
+Relaxation (``relax`` given; ``engine.ServeRelax.sram_pages``): the temperature is in **pages** (the
+package's 4 KiB HBF page) in every relaxed quantity: the three caps ``min(need, cap)`` as ``soft_min``
+(bias ≤ t · log 2 pages below the exact min), the forced-writeback indicator as ``soft_step`` on the
+buffer's overflow in pages (bias ≤ exp(−|overflow| / t) per layer; an overflow is a fraction of one
+layer's new KV, so this bias vanishes only for t well below it), its stripe round-up and the program
+rounds straight-through (forward exact, derivative of the continuous surrogate); the drain stays exact
+(``hbf_writes``). The schedule runs 64 → 4 pages: a forced writeback near its threshold multiplies the KV
+buffer's tangent by up to 1 − G / (4t) − 1/2 in magnitude (G = 32-page stripes), and on the default run
+the forward derivatives overflow to NaN at t ≤ 2 pages (finite at 4). The offload share's effect (fewer
+sensing rounds) is continuous in the exact simulation already; the prefetch share acts only through whole
+tPROG rounds of the write window, a step with zero derivative. The rollout is a ``lax.while_loop``:
+``reverse_mode=False``.
 
 Landscape (default settings, 2 streams, seed 0; 231 simplex points at 0.05, printed by the tests'
 companion script in the report): 174.3 tokens/s at (0, 1, 0) to 184.63 at (0.70, 0, 0.30). Offload is
@@ -45,20 +51,20 @@ import itertools
 import jax
 import jax.numpy as jnp
 
-from hbfjax import clock
+from hbfjax import batch as hb
 from hbfjax.memory import hbf_packages
-from hbfjax.serve import hbflex_system, system
-from hbfjax.serve.state import BatcherConfig, BatcherKnobs
+from hbfjax.serve import engine, jit_metrics, systems
+from hbfjax.serve.parts import sram
 from hbfjax.tune.problem import Knob, Problem, Split, TuneDefaults
 from hbfjax.validate import require, require_int, require_real
-from hbfjax.workload import models, timing
+from hbfjax.workload import models
 from hbfjax.workload import requests as rq
 
 NAME = "hbflex-sram"
+SYSTEM = "hbflex"
 KNOB = "sram_split"  # shares (offload, prefetch, KV buffer) of the usable SRAM
 GRID_STEP = 0.05  # the simplex at 0.05: 231 points
-CHUNK_TOKENS, TOKEN_BUDGET = 512, 8192  # Sarathi defaults, as the HBFlex serving figures use
-GPU = "h200"
+INIT = (0.05, 0.75, 0.2)  # the default start (and the shares the problem's inputs are built at)
 
 
 def simplex(step: float) -> tuple:
@@ -105,52 +111,42 @@ def package(s: Settings) -> hbf_packages.Package:
     return hbf_packages.Package(org, policy)
 
 
-def config(s: Settings) -> hbflex_system.HbflexConfig:
-    spec = (s.model if isinstance(s.model, models.ModelSpec) else models.preset(s.model)).with_kv_precision(models.HBFLEX_KV_BYTES_PER_ELEMENT)
-    serve = system.ServeConfig(model=spec, batcher=BatcherConfig(slots=s.slots),
-                               requests=rq.RequestsConfig(requests=s.requests, arrivals="batch",
-                                                          prompt_lengths="lognormal", output_lengths="fixed"),
-                               max_pass_tokens=system.pass_token_bound(s.slots, CHUNK_TOKENS, TOKEN_BUDGET),
-                               max_iterations=100_000, scan_chunk=16)
-    return hbflex_system.HbflexConfig(serve=serve)
-
-
-def knobs(s: Settings, pkg: hbf_packages.Package) -> hbflex_system.HbflexKnobs:
+def scenario(s: Settings) -> systems.Scenario:
+    """The settings' fixed batch (lognormal prompts around ``prompt_tokens``) with an SRAM split (the
+    knob sets its shares)."""
     prompt = rq.LengthKnobs.make(s.prompt_tokens, median=s.prompt_tokens, sigma=s.prompt_sigma,
                                  owner="RequestKnobs.prompt")
     output = rq.LengthKnobs.make(s.output_tokens, owner="RequestKnobs.output")
-    return hbflex_system.HbflexKnobs.make(pkg, timing.GpuKnobs.make(GPU),
-                                          BatcherKnobs.make(chunk_tokens=CHUNK_TOKENS, token_budget=TOKEN_BUDGET),
-                                          rq.RequestKnobs.make(batch=s.requests, prompt=prompt, output=output))
+    return systems.Scenario(model=s.model, requests=rq.RequestsConfig(requests=s.requests, arrivals="batch",
+                                                                      prompt_lengths="lognormal",
+                                                                      output_lengths="fixed"),
+                            request_knobs=rq.RequestKnobs.make(batch=s.requests, prompt=prompt, output=output),
+                            slots=s.slots, sram_shares=INIT, max_iterations=100_000, scan_chunk=16)
 
 
-def throughput_tokens_per_s(out: hbflex_system.HbflexOutput) -> jax.Array:
-    """f32[]: output tokens over the busy time (a fixed batch: first arrival to last finish)."""
-    tokens = jnp.where(out.serve.valid, out.serve.tokens_out, 0).sum().astype(jnp.float32)
-    return tokens / jnp.maximum(out.serve.totals.busy_us * 1e-6, 1e-30)
+def family(s: Settings) -> systems.Family:
+    """HBFlex serving the settings (:func:`scenario`), its one point on :func:`package`, the inputs rebuilt
+    for it (its wave laws follow the offload fraction and group size)."""
+    fam = systems.single(SYSTEM, scenario(s))
+    pkg = package(s)
+    return fam.with_points([dataclasses.replace(fam.points[0], org=pkg.org, policy=pkg.policy)])
 
 
-def mean_tpot_ms(out: hbflex_system.HbflexOutput) -> jax.Array:
-    """f32[]: mean over the requests of (finish − first token) / (output − 1) (``metrics``' TPOT)."""
-    o = out.serve
-    ok = o.valid & (o.tokens_out > 1)
-    tpot = clock.diff_us(o.finish, o.first_token) * 1e-3 / jnp.maximum(o.tokens_out - 1, 1).astype(jnp.float32)
-    return jnp.where(ok, tpot, 0.0).sum() / jnp.maximum(ok.sum(), 1).astype(jnp.float32)
+def at_split(knobs: engine.ServeKnobs, shares, temperature=None) -> engine.ServeKnobs:
+    """``knobs`` with the SRAM split ``shares`` (f32[3]), relaxed at ``temperature`` pages (None: exact)."""
+    relax = None if temperature is None else engine.ServeRelax(sram_pages=temperature)
+    return dataclasses.replace(knobs, sram_shares=jnp.asarray(shares, jnp.float32), relax=relax)
 
 
 def _runner(s: Settings, streams: int):
-    """(run(values, seed, temperature) -> HbflexOutput with a leading stream axis, the package)."""
-    pkg = package(s)
-    cfg, kn = config(s), knobs(s, pkg)
-    bare = hbflex_system.bare_table(pkg)
-    ids = jnp.arange(streams, dtype=jnp.int32)  # as batch.stream_ids
+    """(run(values, seed, temperature) -> ServeOutput with a leading stream axis, the family)."""
+    fam = family(s)
+    over_streams = hb.over_streams(fam.simulate, streams)
 
     def run(values, seed, temperature):
-        split = hbflex_system.SramSplit(shares=jnp.asarray(values[KNOB], jnp.float32), bare_table=bare)
-        one = lambda i: hbflex_system.simulate(i, seed, kn, None, cfg, split, temperature)  # noqa: E731
-        return jax.vmap(one)(ids)
+        return over_streams(seed, at_split(fam.points[0], values[KNOB], temperature), fam.inputs, fam.config)
 
-    return run, pkg, cfg
+    return run, fam
 
 
 def make(*, streams: int = 2, lam: float | None = None, **settings) -> Problem:
@@ -159,40 +155,45 @@ def make(*, streams: int = 2, lam: float | None = None, **settings) -> Problem:
     require_int(NAME, "streams", streams, 1, 4096)
     require(lam is None, NAME, "lambda", lam, "has no role in this problem (the shares are a budget)")
     s = Settings(**settings)
-    run, pkg, cfg = _runner(s, streams)
+    run, fam = _runner(s, streams)
+    org, cfg = fam.points[0].org, fam.config
+    throughput = jax.vmap(jit_metrics.throughput_tokens_per_s)
 
     def objective(values, seed, relax):
         out = run(values, seed, None if relax is None else relax.temperature)
-        return -jnp.mean(jax.vmap(throughput_tokens_per_s)(out))
+        return -jnp.mean(throughput(out))
 
     def report(values, seed):
         out = run(values, seed, None)
-        h = out.hbf
-        passes = jnp.maximum(h.passes, 1.0)
-        tokens = jnp.where(out.serve.valid, out.serve.tokens_out, 0).sum(axis=-1).astype(jnp.float32)
+        t = out.totals
+        reads = out.parts["reads"].totals
+        passes = jnp.maximum(t.passes, 1.0)
+        tokens = jnp.where(jit_metrics.measured(out), out.tokens_out, 0).sum(axis=-1).astype(jnp.float32)
         m = jnp.mean
         return {
-            "throughput_tokens_per_s": m(jax.vmap(throughput_tokens_per_s)(out)),
-            "busy_s": m(out.serve.totals.busy_us) * 1e-6,
-            "mean_iteration_ms": m(out.serve.totals.busy_us / passes) * 1e-3,
-            "forced_writebacks": m(h.forced_writebacks),
-            "write_stall_s": m(h.write_stall_us) * 1e-6,
-            "offloaded_mb": m(h.offloaded_bytes) * 1e-6,
-            "read_wave_amplification": m(h.read_waves / jnp.maximum(h.ideal_waves, 1e-30)),
-            "sram_peak_mb": m(h.sram_peak_bytes) * 1e-6,
-            "tpot_ms": m(jax.vmap(mean_tpot_ms)(out)),
+            "throughput_tokens_per_s": m(throughput(out)),
+            "busy_s": m(t.busy_us) * 1e-6,
+            "mean_iteration_ms": m(t.busy_us / passes) * 1e-3,
+            "forced_writebacks": m(out.parts["writes"].totals.forced_writebacks),
+            "write_stall_s": m(t.write_stall_us) * 1e-6,
+            "offloaded_mb": m(reads.offloaded_bytes) * 1e-6,
+            "read_wave_amplification": m(reads.read_waves / jnp.maximum(reads.ideal_waves, 1e-30)),
+            "sram_peak_mb": m(out.parts["sram"].totals.sram_peak_bytes) * 1e-6,
+            "tpot_ms": m(jax.vmap(jit_metrics.mean_tpot_ms)(out)),
             "output_tokens": m(tokens),
         }
 
-    usable_mb = (s.sram_mb * 1e6 - hbflex_system.GC_BUFFER_BLOCKS * 32 * float(pkg.org.page_bytes)) * 1e-6
+    gc_buffer = sram.GC_BUFFER_BLOCKS * cfg.blocks.pages_per_block * float(org.page_bytes)
+    usable_mb = (s.sram_mb * 1e6 - gc_buffer) * 1e-6
     knob = Knob(KNOB, Split(3), simplex(GRID_STEP),
                 help=f"shares of {usable_mb:.1f} MB of SRAM: hot-plane offload, weight prefetch, KV buffer")
-    defaults = TuneDefaults(init={KNOB: (0.05, 0.75, 0.2)}, steps=12, learning_rate=0.3, temperature_start=64.0,
+    defaults = TuneDefaults(init={KNOB: INIT}, steps=12, learning_rate=0.3, temperature_start=64.0,
                             temperature_end=4.0, sigma=0.3, samples=4, fd_step=0.25)
     return Problem(name=NAME, knobs=(knob,), objective=objective,
                    objective_label="−throughput (tokens/s)", defaults=defaults, streams=streams, report=report,
                    reverse_mode=False, minimise=False,
                    description="HBFlex SRAM split (offload, prefetch, KV buffer) for a long-context serving batch",
-                   extra={**{f.name: getattr(s, f.name) for f in dataclasses.fields(s)}, "model": cfg.serve.model.name, "prefetch_group_mb": hbflex_system.prefetch_bytes(cfg.serve.model) * 1e-6,
+                   extra={**{f.name: getattr(s, f.name) for f in dataclasses.fields(s)}, "model": cfg.model.name,
+                          "prefetch_group_mb": sram.prefetch_bytes(cfg.model) * 1e-6,
                           "usable_sram_mb": usable_mb})
 
