@@ -10,8 +10,7 @@ import re
 import sys
 
 from hbfjax import commands
-from hbfjax.traces import TraceError
-from hbfjax.validate import ConfigError
+from hbfjax.validate import ConfigError, UsageError
 
 DESCRIPTION = """\
 Batched Monte Carlo of High-Bandwidth Flash (HBF) memory for LLM inference.
@@ -24,21 +23,14 @@ and --seed for reproducibility; confidence intervals are 95 % half-widths across
 
 
 def command_modules():
-    """The subcommand modules in ``hbfjax.commands`` (private ``_*`` helpers excluded), by name."""
+    """The subcommand modules in ``hbfjax.commands`` (private ``_*`` helpers excluded), by name. They
+    import JAX and the simulator only inside the functions that run, so building the parser is fast."""
     names = sorted(m.name for m in pkgutil.iter_modules(commands.__path__) if not m.name.startswith("_"))
     return [importlib.import_module(f"hbfjax.commands.{name}") for name in names]
 
 
 # argparse's "argument --flag: <text>: <rule>" from a hbfjax.validate.number type
 _TYPE_ERROR = re.compile(r"argument (--[\w-]+)(?:/\S+)?: (\S*): (must .*)")
-
-
-class UsageError(Exception):
-    """A command line argparse refuses (unknown option, bad choice, a number out of range)."""
-
-    def __init__(self, prog: str, message: str):
-        super().__init__(message)
-        self.prog = prog
 
 
 class Parser(argparse.ArgumentParser):
@@ -61,6 +53,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _trace_error() -> tuple[type, ...]:
+    """``hbfjax.traces.TraceError`` once that module is loaded, else nothing: a trace error can only
+    have been raised by then, and ``--help`` need not import the trace readers."""
+    traces = sys.modules.get("hbfjax.traces")
+    return (traces.TraceError,) if traces is not None else ()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one subcommand. A ``ConfigError`` or ``TraceError`` (a bad option, config or trace) is one
     line on stderr and exit status 2, with nothing on stdout; any other exception is a bug and
@@ -72,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
-    except (ConfigError, TraceError) as err:
+    except (ConfigError, *_trace_error()) as err:
         print(f"hbfjax {args.command}: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
 

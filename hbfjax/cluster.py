@@ -36,9 +36,11 @@ import json
 import os
 import sys
 
-import numpy as np
 
 from hbfjax.validate import ConfigError, number, require, require_int
+
+# NumPy and JAX are imported inside the functions that use them: the CLI builds its parsers (with the
+# cluster options) without them, so that --help answers at once
 
 ENV = {"coordinator": "JAX_COORDINATOR_ADDRESS", "num_processes": "JAX_NUM_PROCESSES",
        "process_id": "JAX_PROCESS_ID"}
@@ -159,6 +161,7 @@ def share(cluster: Cluster, n_items: int) -> list[int]:
 
 def _encode(value) -> np.ndarray:
     """uint8[L]: ``value`` as compact JSON text."""
+    import numpy as np
     return np.frombuffer(json.dumps(value, separators=(",", ":")).encode(), np.uint8)
 
 
@@ -168,6 +171,7 @@ def _decode(data: np.ndarray):
 
 def _padded(data: np.ndarray, size: int) -> np.ndarray:
     """uint8[B]: ``data`` then zeros, B the power of two ≥ max(``size``, 1) (few distinct shapes to compile)."""
+    import numpy as np
     out = np.zeros(1 << max(int(size) - 1, 0).bit_length(), np.uint8)
     out[:data.size] = data
     return out
@@ -189,6 +193,7 @@ def _stdout_to_stderr():
 
 
 def _broadcast_array(data: np.ndarray) -> np.ndarray:
+    import numpy as np
     from jax.experimental import multihost_utils
 
     with _stdout_to_stderr():
@@ -197,6 +202,7 @@ def _broadcast_array(data: np.ndarray) -> np.ndarray:
 
 def _allgather_array(data: np.ndarray) -> np.ndarray:
     """[P, *data.shape]: every process's ``data`` (same shape everywhere), in process order."""
+    import numpy as np
     from jax.experimental import multihost_utils
 
     with _stdout_to_stderr():
@@ -209,6 +215,7 @@ def broadcast(cluster: Cluster, value):
     Collective: every process calls it, the same number of times. Values round-trip through JSON
     with one process too, so a value that would not survive several processes fails on one.
     """
+    import numpy as np
     data = _encode(value) if cluster.is_leader else np.zeros(0, np.uint8)
     if cluster.process_count == 1:
         return _decode(data)
@@ -219,6 +226,7 @@ def broadcast(cluster: Cluster, value):
 def gather(cluster: Cluster, value) -> list | None:
     """Every process's JSON-able ``value`` (sizes may differ), in process order, on the leader; None
     elsewhere. Collective: every process calls it, the same number of times."""
+    import numpy as np
     data = _encode(value)
     if cluster.process_count == 1:
         return [_decode(data)]

@@ -5,11 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 
-import numpy as np
-
-from hbfjax.commands._invariants import check_result
 from hbfjax.hardware import PRESETS, preset
 from hbfjax.validate import SEED_MAX, ConfigError, number
 
@@ -70,35 +66,11 @@ def preset_or_none(name: str | None):
     return None if name is None else preset(name)
 
 
-def _jsonable(value, nonfinite_as_none: bool = True):
-    """``value`` with NumPy scalars and arrays as Python numbers and lists; non-finite floats as None
-    (JSON has no inf or NaN) unless ``nonfinite_as_none`` is False (for the invariant checks)."""
-    if isinstance(value, dict):
-        return {k: _jsonable(v, nonfinite_as_none) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v, nonfinite_as_none) for v in value]
-    if isinstance(value, np.ndarray):
-        return _jsonable(value.tolist(), nonfinite_as_none)
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (np.floating, float)):
-        v = float(value)
-        return v if math.isfinite(v) or not nonfinite_as_none else None
-    if isinstance(value, np.bool_):
-        return bool(value)
-    return value
-
-
-def checked(result: dict) -> dict:
-    """``result`` as JSON-able values once it satisfies every output invariant
-    (``_invariants.check_result``; a ``ConfigError`` if not)."""
-    check_result(_jsonable(result, nonfinite_as_none=False))
-    return _jsonable(result)
-
-
 def emit(result: dict, as_json: bool) -> None:
     """Print ``result`` as one JSON object, or as aligned ``key  value`` lines, once it satisfies
-    every output invariant (:func:`checked`; a ``ConfigError`` and nothing printed if not)."""
+    every output invariant (:func:`~hbfjax.invariants.checked`; a ``ConfigError`` and nothing printed if not)."""
+    from hbfjax.invariants import checked  # NumPy: imported by a run, not by building the parser
+
     result = checked(result)
     if as_json:
         print(json.dumps(result, sort_keys=False))

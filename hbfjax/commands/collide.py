@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-import jax.numpy as jnp
-import numpy as np
-
-from hbfjax import batch, traces
+from hbfjax.commands import _choices as names
 from hbfjax.commands._common import add_common_args, add_preset_arg, blame, emit, preset_or_none, require_applies
-from hbfjax.flash.reads import collide, workingset
 from hbfjax.hardware import preset
-from hbfjax.reports import fields, mean_ci_fields
 from hbfjax.validate import number
 
 HELP = "plane collisions of HBF reads: waves, amplification, hot-plane offload"
@@ -46,12 +41,12 @@ def register(subparsers) -> None:
     p.add_argument("--workload", choices=["read", "attention"], default="read",
                    help="one read of --pages pages, or attention over a working set (default read)")
     add_preset_arg(p)
-    p.add_argument("--planes", type=INT(1, collide.MAX_PLANES), default=None,
+    p.add_argument("--planes", type=INT(1, names.MAX_PLANES), default=None,
                    help="independent planes (bins); default: the preset's parallel units (hbflex: 3072)")
-    p.add_argument("--pages", type=INT(1, collide.MAX_READ_PAGES), default=None,
+    p.add_argument("--pages", type=INT(1, names.MAX_READ_PAGES), default=None,
                    help=f"physical pages in the read (read workload; default {READ_DEFAULT_PAGES} = one 12 MiB read "
                         "of 4 KiB pages)")
-    p.add_argument("--placement", choices=list(collide.PLACEMENTS), default="random")
+    p.add_argument("--placement", choices=list(names.PLACEMENTS), default="random")
     p.add_argument("--group-size", type=INT(), default=None,
                    help="planes per plane group G, dividing the planes (plane-group, and shared-prefix replicas; "
                         "default: all planes)")
@@ -68,25 +63,25 @@ def register(subparsers) -> None:
     d = ATTENTION_DEFAULTS
     a.add_argument("--trace", default=None, help="trace file for context lengths (a name is looked up in "
                    "../shared/traces/); default: a lognormal distribution")
-    a.add_argument("--context-tokens-mean", type=number(float, 0.0, workingset.MAX_TOKENS, lo_open=True),
+    a.add_argument("--context-tokens-mean", type=number(float, 0.0, names.WORKINGSET_MAX_TOKENS, lo_open=True),
                    default=None, help=f"lognormal mean context, tokens [{d['context_tokens_mean']:g}]")
     a.add_argument("--context-tokens-sigma", type=number(float, 0.0, 10.0), default=None,
                    help=f"lognormal sigma of log-context, in [0, 10] [{d['context_tokens_sigma']:g}]")
-    a.add_argument("--model-kv-bytes-per-token", type=number(float, 0.0, workingset.MAX_TOKENS, lo_open=True),
+    a.add_argument("--model-kv-bytes-per-token", type=number(float, 0.0, names.WORKINGSET_MAX_TOKENS, lo_open=True),
                    default=None, help="KV bytes per token per layer [1024: the HBFlex 1-KiB-per-token model]")
-    a.add_argument("--logical-page-tokens", type=INT(1, workingset.MAX_TOKENS), default=None,
+    a.add_argument("--logical-page-tokens", type=INT(1, names.WORKINGSET_MAX_TOKENS), default=None,
                    help=f"tokens per logical KV page T [{d['logical_page_tokens']}]")
     a.add_argument("--slots", type=INT(), default=None,
                    help=f"concurrent requests in the working set [{d['slots']}]")
-    a.add_argument("--max-context-tokens", type=INT(1, workingset.MAX_TOKENS), default=None,
+    a.add_argument("--max-context-tokens", type=INT(1, names.WORKINGSET_MAX_TOKENS), default=None,
                    help=f"longest context held per request; longer ones are truncated and counted "
                         f"[{d['max_context_tokens']}]")
-    a.add_argument("--chunk-tokens", type=INT(1, workingset.MAX_TOKENS), default=None,
+    a.add_argument("--chunk-tokens", type=INT(1, names.WORKINGSET_MAX_TOKENS), default=None,
                    help=f"tokens per CTA work tile, a multiple of T [{d['chunk_tokens']}]")
     a.add_argument("--chunks-per-wave", type=INT(), default=None,
                    help="work tiles read per scheduling wave [about one page per plane]")
-    a.add_argument("--schedule", choices=list(workingset.SCHEDULES), default=None, help="[in-order]")
-    a.add_argument("--shared-prefix-tokens", type=INT(0, workingset.MAX_TOKENS), default=None,
+    a.add_argument("--schedule", choices=list(names.SCHEDULES), default=None, help="[in-order]")
+    a.add_argument("--shared-prefix-tokens", type=INT(0, names.WORKINGSET_MAX_TOKENS), default=None,
                    help="shared system-prompt tokens [0]")
     a.add_argument("--replicas", type=INT(), default=None,
                    help="copies of the shared prefix in distinct groups (with --shared-prefix-tokens) [1]")
@@ -126,6 +121,10 @@ def _planes_and_block(args) -> tuple[int, int, object]:
 
 def context_pool(args) -> np.ndarray:
     """Context lengths (tokens) the working set replays: a trace's prompt + output, or lognormal draws."""
+    import numpy as np
+
+    from hbfjax import traces
+
     if args.trace:
         tokens = traces.load_trace(args.trace).context_tokens
     else:
@@ -141,6 +140,8 @@ def run(args) -> int:
 
 
 def compute(args) -> dict:
+    from hbfjax.flash.reads import collide
+
     _check_options(args)
     planes, block, spec = _planes_and_block(args)
     group = planes if args.group_size is None else args.group_size
@@ -153,6 +154,12 @@ def compute(args) -> dict:
 
 
 def _read(args, planes, block, group, spec, page_bytes) -> dict:
+    import jax.numpy as jnp
+
+    from hbfjax import batch
+    from hbfjax.flash.reads import collide
+    from hbfjax.reports import fields, mean_ci_fields
+
     per_logical = 1 if args.pages_per_logical is None else args.pages_per_logical
     config = collide.ReadConfig(planes=planes, max_pages=args.pages, placement=args.placement, page_bytes=page_bytes,
                                 t_read_us=spec.hbf.t_read_us, read_bw_gbps=spec.hbf.read_bw_gbps,
@@ -178,6 +185,12 @@ def _read(args, planes, block, group, spec, page_bytes) -> dict:
 
 
 def _attention(args, planes, block, group, page_bytes) -> dict:
+    import numpy as np
+
+    from hbfjax import batch
+    from hbfjax.flash.reads import workingset
+    from hbfjax.reports import fields, mean_ci_fields
+
     replicas = 1 if args.replicas is None else args.replicas
     config = workingset.attention_config(
         planes, args.slots, args.model_kv_bytes_per_token, logical_page_tokens=args.logical_page_tokens,

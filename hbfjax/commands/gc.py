@@ -5,14 +5,8 @@ from __future__ import annotations
 import argparse
 import math
 
-from hbfjax import batch
-import numpy as np
-
+from hbfjax.commands import _choices as names
 from hbfjax.commands._common import PRESET_NAMES, add_common_args, blame, emit, require_applies
-from hbfjax.flash.erase import analytic as gc_analytic, endurance, gc_overwrite, kv_lifetimes
-from hbfjax.flash.erase.gc import BlockConfig
-from hbfjax.reports import fields, gc_summary
-from hbfjax.workload.eviction import oldest_first
 from hbfjax.hardware import preset
 from hbfjax.validate import number, require
 
@@ -52,7 +46,7 @@ def register(subparsers) -> None:
                    help="hardware preset for page size, tPROG, capacity and P/E cycles (default hbflex)")
     g = p.add_argument_group("policy")
     g.add_argument("--victim", choices=["greedy", "fifo", "random"], default="greedy", help="GC victim policy")
-    g.add_argument("--allocation", choices=list(kv_lifetimes.ALLOCATIONS), default=None,
+    g.add_argument("--allocation", choices=list(names.ALLOCATIONS), default=None,
                    help="kv block allocation (default interleaved)")
     g.add_argument("--label-fallback", action=argparse.BooleanOptionalAction, default=None,
                    help="kv lifetime allocation: a label whose block is full when no free block may be opened "
@@ -112,6 +106,8 @@ def _check_options(args) -> None:
 
 def _require_host_writes(out: dict) -> None:
     """A WAF is a ratio over measured host writes: refuse a run in which a stream measured none."""
+    import numpy as np
+
     host = np.asarray(out["host_writes"])
     require(bool(np.all(host >= 1)), "result", "host_writes", int(host.min()),
             f"{int(np.sum(host < 1))} of {host.size} streams measured no host write, so their WAF is undefined; "
@@ -119,6 +115,11 @@ def _require_host_writes(out: dict) -> None:
 
 
 def _overwrite(args, streams):
+    from hbfjax import batch
+    from hbfjax.flash.erase import analytic as gc_analytic, gc_overwrite
+    from hbfjax.flash.erase.gc import BlockConfig
+    from hbfjax.reports import fields, gc_summary
+
     k = args.pages_per_block
     with blame(args, "blocks", "pages_per_block", "victims_per_gc"):
         blocks = BlockConfig(n_blocks=args.blocks, pages_per_block=k, victim=args.victim,
@@ -143,6 +144,11 @@ def _overwrite(args, streams):
 
 
 def _kv(args, streams):
+    from hbfjax import batch
+    from hbfjax.flash.erase import kv_lifetimes
+    from hbfjax.reports import fields, gc_summary
+    from hbfjax.workload.eviction import oldest_first
+
     with blame(args, "blocks", "pages_per_block", "victims_per_gc", "slots", "pages_per_tick", "ticks"):
         cfg = kv_lifetimes.KvConfig(n_blocks=args.blocks, pages_per_block=args.pages_per_block, slots=args.slots,
                                     pages_per_tick=args.pages_per_tick, allocation=args.allocation,
@@ -178,6 +184,8 @@ def main(args) -> int:
 
 
 def compute(args) -> dict:
+    from hbfjax.flash.erase import endurance
+
     _check_options(args)
     # configuration errors (ConfigError) reach hbfjax.cli, which prints them and exits with status 2
     hbf = preset(args.preset).hbf

@@ -11,18 +11,20 @@ from __future__ import annotations
 import argparse
 import json
 
-from hbfjax.commands._common import _jsonable
+from hbfjax.commands import _choices as names
 from hbfjax.validate import number
-from hbfjax.workload import models
 
 
 def _run(args) -> int:
+    from hbfjax.invariants import jsonable
+    from hbfjax.workload import models
+
     specs = [models.preset(n) for n in (args.names or models.PRESETS)]
     if args.kv_bytes_per_element is not None:
         specs = [s.with_kv_precision(args.kv_bytes_per_element) for s in specs]
     rows = [models.summary(s) for s in specs]
     if args.json:
-        print(json.dumps(_jsonable(rows)))
+        print(json.dumps(jsonable(rows)))
         return 0
     print(f"{'name':<18} {'layers':>6} {'moe':>4} {'experts':>8} {'top_k':>5} {'weights GB':>11} {'paper GB':>9} "
           f"{'experts GB':>11} {'KV B/token':>11}  estimated")
@@ -39,7 +41,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("models", help="model presets with derived weight and KV bytes and their sources",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("names", nargs="*", metavar="NAME",
-                   help=f"presets to show (default all: {', '.join(models.PRESETS)})")
+                   help=f"presets to show (default all: {', '.join(names.MODEL_PRESETS)})")
     p.add_argument("--kv-bytes-per-element", type=number(float, 0.0, 8.0, lo_open=True), default=None,
                    help="KV cache precision in bytes per element (default: each preset's; 1 = FP8, 2 = BF16)")
     p.add_argument("--json", action="store_true", help="print a JSON list of objects, one per model")

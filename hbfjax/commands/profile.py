@@ -6,11 +6,9 @@ from __future__ import annotations
 import argparse
 import time
 
-import jax
-
+from hbfjax.commands import _choices as names
 from hbfjax.commands._common import emit
 from hbfjax.validate import ConfigError, number
-from hbfjax.workload import models, profile_table, profiler
 
 HELP = "time GPU operator shapes with JAX and write the measured-latency CSV"
 DESCRIPTION = f"""\
@@ -19,11 +17,11 @@ timing model interpolates (log-log, only inside each shape's measured range).
 
 Shapes: every weight matmul of the model (one copy; a routed expert is one GEMM of its rows) at
 M = 1, 2, 4, ..., 8192 rows (tokens), one RMSNorm at the same token counts, decode attention of one
-token over 128 ... 128K context tokens, and prefill attention of one {profiler.PREFILL_CHUNK}-token chunk whose
+token over 128 ... 128K context tokens, and prefill attention of one {names.PROFILE_PREFILL_CHUNK}-token chunk whose
 prefix + chunk = each context length. Each call is compiled first, warmed up, then timed with
 block_until_ready; the CSV keeps the median in microseconds (us) with the device kind and the JAX
-version. --quick times a handful of small shapes (tokens {list(profiler.QUICK_TOKENS)}, contexts
-{list(profiler.QUICK_CONTEXTS)}, chunk {profiler.QUICK_CHUNK}): a tiny synthetic model without --model, or the
+version. --quick times a handful of small shapes (tokens {list(names.PROFILE_QUICK_TOKENS)}, contexts
+{list(names.PROFILE_QUICK_CONTEXTS)}, chunk {names.PROFILE_QUICK_CHUNK}): a tiny synthetic model without --model, or the
 given models' shapes at those sizes.
 
 Examples:
@@ -35,8 +33,8 @@ Examples:
 def register(subparsers) -> None:
     p = subparsers.add_parser("profile", help=HELP, description=DESCRIPTION,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", action="append", default=None, choices=sorted(models.PRESETS), metavar="NAME",
-                   help=f"model preset whose shapes to time (repeatable; one of {', '.join(sorted(models.PRESETS))}); "
+    p.add_argument("--model", action="append", default=None, choices=list(names.MODELS), metavar="NAME",
+                   help=f"model preset whose shapes to time (repeatable; one of {', '.join(names.MODELS)}); "
                         "required unless --quick")
     p.add_argument("--quick", action="store_true", help="a handful of small shapes (seconds on a CPU)")
     p.add_argument("--out", required=True, metavar="FILE.csv", help="CSV file to write (replaced atomically)")
@@ -52,6 +50,8 @@ def register(subparsers) -> None:
 
 
 def _shapes(args) -> list:
+    from hbfjax.workload import models, profiler
+
     if not args.model:
         if not args.quick:
             raise ConfigError("--model = None: name at least one model preset, or use --quick")
@@ -63,6 +63,10 @@ def _shapes(args) -> list:
 
 
 def run(args) -> int:
+    import jax
+
+    from hbfjax.workload import profile_table, profiler
+
     shapes = _shapes(args)
     tokens = profiler.QUICK_TOKENS if args.quick else profiler.TOKENS
     contexts = profiler.QUICK_CONTEXTS if args.quick else profiler.CONTEXTS

@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
-
-from hbfjax import traces
 from hbfjax.commands._common import emit
 
 QUANTILES = (50, 90, 99)
 
 
 def _token_stats(name: str, tokens: np.ndarray) -> dict:
+    import numpy as np
+
     q = np.percentile(tokens, QUANTILES)
     return {**{f"{name}_p{p}": float(v) for p, v in zip(QUANTILES, q)},
             f"{name}_mean": float(tokens.mean()), f"{name}_max": int(tokens.max())}
@@ -32,6 +31,8 @@ def _token_stats(name: str, tokens: np.ndarray) -> dict:
 
 def reusable_block_fraction(trace: traces.Trace) -> float | None:
     """Fraction of all prompt blocks whose block prefix began an earlier request (None: no hashes)."""
+    from hbfjax import traces
+
     if trace.block_hashes is None:
         return None
     total = sum(len(h) for h in trace.block_hashes)
@@ -41,6 +42,8 @@ def reusable_block_fraction(trace: traces.Trace) -> float | None:
 
 def summary(trace: traces.Trace) -> dict:
     """The statistics ``trace-info`` prints, by key."""
+    import numpy as np
+
     n, duration = len(trace), trace.duration_s
     sessions = int(np.unique(trace.session).size)
     return {"requests": n, "duration_s": duration,
@@ -51,6 +54,8 @@ def summary(trace: traces.Trace) -> dict:
 
 
 def _run(args) -> int:
+    from hbfjax import traces
+
     path = traces.resolve(args.file)
     emit({"trace": str(path), **summary(traces.load_trace(path))}, args.json)
     return 0

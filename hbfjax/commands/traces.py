@@ -12,10 +12,13 @@ from __future__ import annotations
 import argparse
 import json
 
-from hbfjax import trace_catalog, trace_fetch, traces
+from hbfjax import trace_catalog
+from hbfjax.commands import _choices as names
 
 
 def _where(source: trace_catalog.TraceSource) -> str | None:
+    from hbfjax import traces
+
     try:
         return str(traces.resolve(source.local))
     except traces.TraceMissing:
@@ -23,6 +26,8 @@ def _where(source: trace_catalog.TraceSource) -> str | None:
 
 
 def _list(args) -> int:
+    from hbfjax import traces
+
     rows = [{"name": s.name, "title": s.title, "size_mb": round(s.size_bytes / 1e6, 3), "files": len(s.files),
              "upstream": f"https://github.com/{s.repo}/tree/{s.commit}", "licence": s.licence,
              "attribution": s.attribution, "found": _where(s)} for s in trace_catalog.CATALOG]
@@ -41,6 +46,8 @@ def _list(args) -> int:
 
 
 def _fetch(args) -> int:
+    from hbfjax import trace_fetch
+
     sources = [trace_catalog.get(n) for n in args.names] if args.names else list(trace_catalog.CATALOG)
     results = []
     for source in sources:
@@ -57,6 +64,8 @@ def _fetch(args) -> int:
 
 
 def _path(args) -> int:
+    from hbfjax import traces
+
     print(traces.resolve(args.name))
     return 0
 
@@ -71,7 +80,7 @@ def register(subparsers) -> None:
     fp = sub.add_parser("fetch", help="download traces (default: all) and verify their SHA-256")
     fp.add_argument("names", nargs="*", metavar="NAME", help="catalogued trace names (hbfjax traces list)")
     fp.add_argument("--base-url", default=None,
-                    help=f"download from this base instead of raw GitHub (also ${trace_fetch.BASE_URL_ENV})")
+                    help=f"download from this base instead of raw GitHub (also ${names.TRACE_BASE_URL_ENV})")
     fp.add_argument("--json", action="store_true", help="print one JSON object")
     fp.set_defaults(func=_fetch)
     pp = sub.add_parser("path", help="print the path a trace name resolves to (exit 2 if missing)")

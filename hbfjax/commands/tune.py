@@ -5,10 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from hbfjax.commands import _choices as names
 from hbfjax.commands._common import MAX_STREAMS, emit
-from hbfjax.tune import problems
-from hbfjax.tune.estimators import ESTIMATORS
-from hbfjax.tune.loop import tune
 from hbfjax.validate import SEED_MAX, number
 
 HELP = """\
@@ -39,11 +37,12 @@ grid_evaluations, trajectory (knobs and the estimator's objective at each step),
 def register(subparsers) -> None:
     p = subparsers.add_parser("tune", help="auto-tune policy knobs with optax, checked against a grid (DESIGN.md §6)",
                               description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--problem", choices=problems.NAMES, required=True, help="the shipped problem to tune")
+    p.add_argument("--problem", choices=names.TUNE_PROBLEMS, required=True, help="the shipped problem to tune")
     p.add_argument("--lambda", dest="lam", type=number(float, 0.0, 1e9), default=None,
                    help="the problem's penalty weight (collide-sram: waves per MB of SRAM; collide-gc: "
                         "amplification per unit of WAF − 1); default: the problem's")
-    p.add_argument("--estimator", choices=ESTIMATORS, default="smooth", help="gradient estimator (default smooth)")
+    p.add_argument("--estimator", choices=names.ESTIMATORS, default="smooth",
+                   help="gradient estimator (default smooth)")
     p.add_argument("--steps", type=number(int, 1, 100_000), default=None, help="optimiser steps (default: the problem's)")
     p.add_argument("--learning-rate", type=number(float, 0.0, 100.0, lo_open=True), default=None,
                    help="Adam's initial step in raw units (default: the problem's)")
@@ -66,6 +65,9 @@ def run(args) -> int:
 
 
 def compute(args) -> dict:
+    from hbfjax.tune import problems
+    from hbfjax.tune.loop import tune
+
     settings = {"lam": args.lam}
     if args.streams is not None:
         settings["streams"] = args.streams
