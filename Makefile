@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.installed
 # Monte Carlo streams per figure point; raise on a GPU, e.g. make figures STREAMS=8192
 STREAMS ?= 256
 
-.PHONY: figures test test-slow bench traces install clean
+.PHONY: figures test test-slow check-figures bench traces install clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,11 @@ figures: $(STAMP)
 # test modules on the workers (--dist loadscope), in file order
 test: $(STAMP)
 	$(PY) -m pytest -n 2 -m "not slow"
+	$(PY) -m experiments --check
+
+# are the committed figure tables those the current code makes? (seconds: computes nothing; names each stale one)
+check-figures: $(STAMP)
+	$(PY) -m experiments --check --streams $(STREAMS) --out figures
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -n 2 -m slow

@@ -1,7 +1,10 @@
 """Run every figure module (or those named with --only) and write figures/README.md.
 
 A figure whose trace is missing is skipped with one line naming the trace and the command that gets it
-(``hbfjax traces fetch NAME``); the others still run, and the README marks what was skipped."""
+(``hbfjax traces fetch NAME``); the others still run, and the README marks what was skipped.
+
+``--check`` computes nothing: it says whether each committed table is fresh (its .csv and .params.json exist
+and the sidecar equals what this run would write), one line on stderr per stale table; exit status 1 if any."""
 
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 import experiments  # noqa: E402
-from experiments.common import Context, save_comparisons  # noqa: E402
+from experiments.common import Context, TableChecked, save_comparisons  # noqa: E402
 from hbfjax.traces import TraceMissing  # noqa: E402
 
 
@@ -52,6 +55,28 @@ def write_readme(out_dir: Path, modules: dict, skipped: dict[str, str] | None = 
     (out_dir / "README.md").write_text("\n".join(lines))
 
 
+def check(ctx: Context, modules: dict) -> int:
+    """Each module's verdict on its table (run up to its ``cached_table``, which raises in check mode): one line
+    on stderr per stale table or skipped figure, then a count; 1 if any table is stale, else 0."""
+    counts = {"fresh": 0, "stale": 0, "skipped": 0}
+    for name, module in modules.items():
+        try:
+            module.run(ctx)
+            verdict = TableChecked(name, ("its module made no cached table: cannot vouch for it",))
+        except TraceMissing as err:
+            counts["skipped"] += 1
+            print(f"[check] {name}: skipped, {err}", file=sys.stderr)
+            continue
+        except TableChecked as err:
+            verdict = err
+        counts["stale" if verdict.reasons else "fresh"] += 1
+        if verdict.reasons:
+            print(f"[check] {verdict}", file=sys.stderr)
+    print(f"[check] {sum(counts.values())} figure(s), tables in {ctx.out_dir}: {counts['fresh']} fresh, "
+          f"{counts['stale']} stale, {counts['skipped']} skipped (trace missing)", file=sys.stderr)
+    return 1 if counts["stale"] else 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m experiments", description=__doc__)
     parser.add_argument("--streams", type=int, default=256, help="Monte Carlo streams per point (default 256)")
@@ -61,11 +86,20 @@ def main(argv=None) -> int:
     parser.add_argument("--force", action="store_true", help="recompute even where cached data match")
     parser.add_argument("--tiny", action="store_true", help="smoke-test size: every figure's code path in seconds "
                         "(numbers not meaningful; tables marked tiny)")
+    parser.add_argument("--check", action="store_true", help="compute nothing: exit 1 naming each table in --out "
+                        "that is missing or stale (parameters or sources changed), 0 when all are fresh")
     args = parser.parse_args(argv)
+    if args.check and args.tiny:
+        parser.error("--check makes no sense with --tiny: tiny tables are never committed, so none is checked")
+    if args.check and args.force:
+        parser.error("--check makes no sense with --force: --force recomputes every table, --check computes none")
     modules = figure_modules()
     unknown = set(args.only or []) - set(modules)
     if unknown:
         parser.error(f"unknown figure(s) {sorted(unknown)}; known: {sorted(modules)}")
+    if args.check:
+        ctx = Context(streams=args.streams, out_dir=args.out, seed=args.seed, check=True)
+        return check(ctx, {n: m for n, m in modules.items() if not args.only or n in args.only})
     args.out.mkdir(parents=True, exist_ok=True)
     ctx = Context(streams=args.streams, out_dir=args.out, seed=args.seed, force=args.force, tiny=args.tiny)
     skipped = {}
