@@ -80,6 +80,12 @@ def test_serve_json_keys_and_several_systems(capsys):
     dash, relay = out["systems"]
     assert dash["e2e_s"] <= relay["e2e_s"]
     assert relay["utilisation"]["expert_direct"] == 0.0  # RelayOnly has no Direct path
+    # as text: the systems side by side, one column each, nested keys dotted
+    assert main(["serve", "--system", "dash", "relay-only", *TINY]) == 0
+    rows = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines()}
+    assert rows["system"] == ["dash", "relay-only"] and rows["model"] == ["qwen3-235b-a22b"]
+    assert [float(v) for v in rows["e2e_s"]] == pytest.approx([dash["e2e_s"], relay["e2e_s"]], rel=1e-5)
+    assert float(rows["utilisation.expert_direct"][1]) == 0.0
 
 
 def test_dash_reads_through_plane_collisions_cost_time_and_report_their_amplification(capsys):

@@ -128,6 +128,9 @@ def _argv_for(action: argparse.Action, value: str) -> list[str]:
         if not on:
             return []
         return [flag]
+    if action.choices is not None and value not in {str(c) for c in action.choices}:
+        raise ConfigError(f"--vary {action.dest.replace('_', '-')}={value}: not one of its choices "
+                          f"({', '.join(str(c) for c in action.choices)})")
     return [flag, value]
 
 
