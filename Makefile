@@ -28,8 +28,12 @@ figures: $(STAMP)
 # the tests marked slow (the tuning runs of the serving and GC problems against their grids) need
 # make test-slow: CI's make test must stay under 10 minutes on 2 cores. pyproject.toml's addopts schedule whole
 # test modules on the workers (--dist loadscope), in file order
+# The two workers share one JAX compilation cache made for the run and removed after it (a program one
+# worker compiled, the other loads; see BENCHMARKS.md, make test, for what it saves)
 test: $(STAMP)
-	$(PY) -m pytest -n 2 -m "not slow"
+	cache=$$(mktemp -d) && trap 'rm -rf "$$cache"' EXIT && JAX_COMPILATION_CACHE_DIR="$$cache" \
+	  JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=0 \
+	  $(PY) -m pytest -n 2 -m "not slow"
 	$(PY) -m experiments --check
 
 # are the committed figure tables those the current code makes? (seconds: computes nothing; names each stale one)
