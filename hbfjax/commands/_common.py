@@ -97,7 +97,7 @@ def emit(result: dict, as_json: bool) -> None:
         print(json.dumps(result, sort_keys=False))
         return
     header = [(k, v) for k, v in _lines(result) if not _is_table(v)]
-    tables = [(k, v) for k, v in result.items() if _is_table(v)]
+    tables = [(k, v) for k, v in _lines(result) if _is_table(v)]
     width = max([len(k) for k, _ in header] + [len(k) for _, rows in tables for r in rows for k, _ in _lines(r)])
     for key, value in header:
         print(f"{key:<{width}}  {_text(value)}")
