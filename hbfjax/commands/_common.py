@@ -70,39 +70,29 @@ def _text(value) -> str:
     return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
-def _lines(result: dict, prefix: str = "") -> list[tuple[str, object]]:
-    """``(key, value)`` pairs of ``result`` with nested dicts flattened to dotted keys."""
-    pairs = []
-    for key, value in result.items():
-        if isinstance(value, dict):
-            pairs += _lines(value, f"{prefix}{key}.")
-        else:
-            pairs.append((f"{prefix}{key}", value))
-    return pairs
-
-
 def _is_table(value) -> bool:
     return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
 
 
 def emit(result: dict, as_json: bool) -> None:
-    """Print ``result`` as one JSON object, or as aligned ``key  value`` lines (nested dicts as dotted
-    keys; a list of results, such as ``systems``, side by side: one column each, one row per key),
-    once it satisfies every output invariant (:func:`~hbfjax.invariants.checked`; a ``ConfigError``
+    """Print ``result`` as one JSON object, or as aligned ``key  value`` lines (nested dicts as dotted keys,
+    as a sweep table's columns: :func:`~hbfjax.sweep.table.flatten`; a list of results, such as
+    ``systems``, side by side: one column each, one row per key), once it satisfies every output invariant (:func:`~hbfjax.invariants.checked`; a ``ConfigError``
     and nothing printed if not)."""
     from hbfjax.invariants import checked  # NumPy: imported by a run, not by building the parser
+    from hbfjax.sweep.table import flatten
 
     result = checked(result)
     if as_json:
         print(json.dumps(result, sort_keys=False))
         return
-    header = [(k, v) for k, v in _lines(result) if not _is_table(v)]
-    tables = [(k, v) for k, v in _lines(result) if _is_table(v)]
-    width = max([len(k) for k, _ in header] + [len(k) for _, rows in tables for r in rows for k, _ in _lines(r)])
-    for key, value in header:
+    tables = [v for v in result.values() if _is_table(v)]
+    header = flatten({k: v for k, v in result.items() if not _is_table(v)})
+    width = max([len(k) for k in header] + [len(k) for rows in tables for r in rows for k in flatten(r)])
+    for key, value in header.items():
         print(f"{key:<{width}}  {_text(value)}")
-    for _, rows in tables:
-        columns = [dict(_lines(r)) for r in rows]
+    for rows in tables:
+        columns = [flatten(r) for r in rows]
         keys = list(dict.fromkeys(k for c in columns for k in c))
         cells = [[_text(c.get(k, "")) for c in columns] for k in keys]
         col = [max(len(row[i]) for row in cells) for i in range(len(columns))]
