@@ -25,7 +25,8 @@ figures: $(STAMP)
 	$(PY) -m experiments --streams $(STREAMS) --out figures
 
 # two worker processes: the suite is mostly XLA compilation, one core each (pytest-xdist, see README);
-# the tests marked slow (the tuning runs of the serving and GC problems against their grids) need
+# the tests marked slow (the tuning runs of the serving and GC problems against their grids, the figure smoke runs:
+# make test holds the figures by experiments --check instead) need
 # make test-slow: CI's make test must stay under 10 minutes on 2 cores. pyproject.toml's addopts schedule whole
 # test modules on the workers (--dist loadscope), in file order
 # The two workers share one JAX compilation cache made for the run and removed after it (a program one

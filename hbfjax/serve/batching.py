@@ -234,6 +234,18 @@ def iteration_us(batch: Batch, pass_us: PassTime, mode: str, iteration=0) -> jax
                for k, p in enumerate(passes(batch, mode)))
 
 
+def _varying_with(tree, anchors):
+    """``tree`` unchanged in value, but computed from ``anchors`` (every leaf of them): under ``vmap`` every
+    leaf is then batched from the start, so the ``while_loop``'s and ``scan``'s batching rules settle which
+    carries are batched in one pass over the body instead of one pass per promotion (tracing the engine
+    under vmap was dominated by those passes)."""
+    tie = jnp.bool_(True)
+    for leaf in jax.tree_util.tree_leaves(anchors):
+        first = jnp.ravel(leaf)[:1]
+        tie = tie & jnp.all((first == first) | (first != first))  # True for every value, NaN included
+    return jax.tree_util.tree_map(lambda x: jnp.where(tie, x, x), tree)
+
+
 def running(state: ServeState, requests: Requests) -> jax.Array:
     """bool[] a valid request is not yet finished (waiting, or in a slot)."""
     return (state.admitted < requests.valid.sum(dtype=jnp.int32)) | (state.slots.request >= 0).any()
@@ -246,8 +258,10 @@ def rollout(requests: Requests, knobs: BatcherKnobs, config: BatcherConfig, pass
 
 
 def run(requests: Requests, knobs: BatcherKnobs, config: BatcherConfig, mechanism: Mechanism,
-        max_iterations: int, scan_chunk: int = 64) -> tuple[ServeState, Any]:
+        max_iterations: int, scan_chunk: int = 64, varying: Any = None) -> tuple[ServeState, Any]:
     """Serve one stream to the end with a :class:`Mechanism`; returns the final state and carry.
+    ``varying``: what differs between the vmapped streams and points (the stream's random words, the
+    knobs; default the requests and ``knobs``): the loop's start is tied to it (:func:`_varying_with`).
     ``overflow`` is set if requests are left when it stops (a request that never fits, or
     ``max_iterations`` iterations with work spent).
 
@@ -284,7 +298,8 @@ def run(requests: Requests, knobs: BatcherKnobs, config: BatcherConfig, mechanis
         return (st, carry), chunks + 1
 
     # every chunk of a live stream holds an iteration with work; the chunk count only guards the loop
-    start = (init(requests.valid.shape[0], config), mechanism.init())
+    start = _varying_with((init(requests.valid.shape[0], config), mechanism.init(), jnp.int32(0)),
+                          (requests, knobs) if varying is None else varying)
     (final, carry), _ = jax.lax.while_loop(lambda c: go(c[0][0]) & (c[1] <= max_iterations), chunk,
-                                           (start, jnp.int32(0)))
+                                           (start[:2], start[2]))
     return dataclasses.replace(final, overflow=final.overflow | running(final, requests)), carry

@@ -391,7 +391,7 @@ def simulate(stream_id, seed, knobs: ServeKnobs, inputs, config: ServeConfig) ->
         batcher = part_modules.tiers.batcher_knobs(knobs, run)
     layers_of, missing = _layer_timer(words, knobs, config, inputs)
     st, carry = batching.run(reqs, batcher, config.batcher, mechanism(words, knobs, config, parts, layers_of),
-                             config.max_iterations, config.scan_chunk)
+                             config.max_iterations, config.scan_chunk, varying=(words, knobs, reqs))
     outputs, overflow = {}, st.overflow
     for name, p, state, acc in zip(config.parts, parts, carry.states, carry.part_totals):
         final = None
