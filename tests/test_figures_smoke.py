@@ -1,5 +1,5 @@
 """Every figure module end to end at the tiny size (``python -m experiments --tiny``), so a figure that would
-crash fails ``make test``: on the real traces where they are found, else on small files of each schema
+crash fails ``make test-slow`` (``make test`` runs the quick checks here; see :class:`_FigureGroup`): on the real traces where they are found, else on small files of each schema
 written here under the real trace names. One child process per group of figures (:data:`GROUPS`, about
 equal time, a test class each, so that pytest-xdist schedules them apart); a group keeps the figures whose
 tiny runs share an engine shape (one compilation: ``experiments/__main__`` keeps compiled executables at
@@ -109,7 +109,7 @@ class _FigureGroup:
     """One child process per group: a class each, so that pytest-xdist (``--dist loadscope``, pyproject.toml)
     schedules the groups as units of their own.
 
-    Marked slow (``make test-slow``; 220 worker-seconds, a third of ``make test``): in ``make test`` the
+    Marked slow (``make test-slow``; 218 of ``make test``'s 1,156 worker-seconds): in ``make test`` the
     figures are held by ``python -m experiments --check`` instead, which fails a change to any source in a
     figure's import closure until that figure is regenerated, and regenerating runs it at full size. What
     only these runs catch is a figure broken by something outside the package (a library upgrade, a trace
