@@ -1,6 +1,7 @@
 """Every figure module end to end at the tiny size (``python -m experiments --tiny``), so a figure that would
-crash fails ``make test-slow`` (``make test`` runs the quick checks here; see :class:`_FigureGroup`): on the real traces where they are found, else on small files of each schema
-written here under the real trace names. One child process per group of figures (:data:`GROUPS`, about
+crash fails ``make test-slow`` (``make test`` runs only the quick checks here; see :class:`_FigureGroup`):
+on the real traces where they are found, else on small files of each schema written here under the real
+trace names. One child process per group of figures (:data:`GROUPS`, about
 equal time, a test class each, so that pytest-xdist schedules them apart); a group keeps the figures whose
 tiny runs share an engine shape (one compilation: ``experiments/__main__`` keeps compiled executables at
 the tiny size). Budget: about a minute per group on a 2-core CPU (compiling dominates at this size: see
