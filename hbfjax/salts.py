@@ -49,6 +49,8 @@ class Salt(IntEnum):
     REQ_OFFSET = 76  # trace replay start offset of a stream
     REQ_BOOT_SESSION = 77  # bootstrap: which trace session the m-th session replays
     REQ_BOOT_START = 78  # bootstrap: gap before the m-th session starts
+    REQ_TASK_SESSION = 79  # closed loop: which trace session a task's k-th session replays (words: task, k)
+    REQ_THINK = 90  # closed loop: exponential think time before request i
     # serve: the CPU-offloading systems (hbfjax.serve.offload_system); 81-89 reserved for them
     OFFLOAD_RESIDENT = 81  # resident experts among a layer's needed ones (hypergeometric, count routing)
     # reads: one scheduling wave of an attention read (hbfjax.flash.reads.wave); 130-139 belong to it.

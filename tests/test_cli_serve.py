@@ -129,7 +129,7 @@ def test_serve_refuses_bad_and_ignored_options(capsys):
         (["--system", "dash", "--disable", "writeback"], "--disable = 'writeback': applies to HBFlex's organisations"),
         (["--system", "hbflex", "--concurrency", "8"], "--concurrency = 8.0: needs --trace"),
         (["--system", "dash", "--cores", "8"], "--cores = 8: applies to the CPU-offloading systems"),
-        (["--warmup", "4"], "--warmup = 4: applies to online runs"),
+        (["--warmup", "4"], "--warmup = 4: applies to open-loop online runs"),
         (["--rate", "1", "--rate-factor", "2"], "--rate-factor = 2.0: applies with --trace"),
         (["--rate", "1", "--batch", "2"], "--batch = 2: applies to a fixed batch"),
         (["--system", "hybrid", "--reads", "planes"], "--reads planes: applies to DASH's organisations"),

@@ -45,7 +45,16 @@ buffer); cpu-stream copies every other needed expert over PCIe Gen5 x16 and comp
 cpu-compute runs it on a Xeon Platinum 8452Y, one expert per core under --cores; hybrid is the
 per-layer oracle over CPU/GPU splits (a lower bound), hybrid-split a fixed split (--cpu-experts).
 
-Not modelled yet: closed-loop agents, shared-prefix replicas; data and tensor parallelism (one GPU and
+A closed loop (--tasks N; HBFlex §6.1, §6.3: concurrent SWE-bench agent tasks) serves N tasks per package,
+each issuing its next request a think time after its previous one finishes, so at most N requests are in
+the system: with --trace the tasks run the trace's sessions one after another (a later turn thinks the
+recorded gap before it, which also holds the recorded run's own service; a session's first turn an
+exponential --think-s), without one independent --prompt/--output requests with exponential --think-s
+thinks. Each task serves --turns-per-task requests; the window is per stream, from the moment the last task
+issues its turn --warmup-turns to the moment the first task issues its last turn, and the JSON states it
+(window_start_s, window_end_s, window_requests); tokens/s counts the requests finishing in it.
+
+Not modelled yet: shared-prefix replicas; data and tensor parallelism (one GPU and
 package per stream); for the CPU systems, CPU dispatch overhead, PCIe setup latency, reuse of streamed
 experts, KV writes.
 
@@ -89,6 +98,21 @@ def register(subparsers) -> None:
     w.add_argument("--concurrency", type=number(float, 0.0, 1e6, lo_open=True), default=None,
                    help="with --trace: resample its sessions (bootstrap) with session starts at the rate that keeps "
                         "this many sessions open on average (HBFlex Fig. 16: concurrent SWE-bench tasks)")
+    w.add_argument("--tasks", type=number(int, 1, 2**14), default=None,
+                   help="closed loop: agent tasks per package (one GPU), each issuing its next request a think time "
+                        "after its previous one finishes (HBFlex §6.3: 1,024 per GPU); with --trace they run its "
+                        "sessions, without it --prompt/--output requests")
+    w.add_argument("--data-parallel", type=number(int, 1, 64), default=None,
+                   help="with --tasks: the tasks are the total over this many GPUs, each with its own package, routed "
+                        "session-affine (a task stays on its GPU for life; HBFlex §6.1: four-way data parallelism), so "
+                        "the GPUs share nothing: each stream serves tasks / D and the cluster's tokens/s is D × a GPU's")
+    w.add_argument("--turns-per-task", type=number(int, 3, names.MAX_REQUESTS), default=None,
+                   help="with --tasks: requests each task serves (default 16; tasks × turns requests per stream)")
+    w.add_argument("--think-s", type=number(float, 0.0, 1e4), default=None,
+                   help="with --tasks: mean exponential think time in s before a task's first request and, "
+                        "without --trace, between its requests (a trace keeps its recorded gaps; default 1)")
+    w.add_argument("--warmup-turns", type=number(int, 0, names.MAX_REQUESTS), default=None,
+                   help="with --tasks: turns every task serves before the measured window opens (default 2)")
     w.add_argument("--requests", type=number(int, 1, names.MAX_REQUESTS), default=None,
                    help="requests per stream with --rate, --load or --trace (default 1,152 = DASH §VI-E's 128 + 1,024)")
     w.add_argument("--warmup", type=number(int, 0, names.MAX_REQUESTS), default=None,
@@ -150,11 +174,19 @@ def _refuse_unused(args, kinds: set, workload: str) -> None:
         ("disable", "hbflex" in kinds, "applies to HBFlex's organisations (" + ", ".join(names.HBFLEX_SYSTEMS) + ")"),
         ("cores", "cpu" in kinds, "applies to the CPU-offloading systems (" + ", ".join(names.CPU_SYSTEMS) + ")"),
         ("cpu_experts", "hybrid-split" in args.system, "applies to --system hybrid-split"),
-        ("rate_factor", workload == "trace", "applies with --trace"),
-        ("concurrency", workload == "trace", "needs --trace (it resamples the trace's sessions)"),
-        ("warmup", workload != "batch", "applies to online runs (--rate, --load or --trace)"),
-        ("requests", workload != "batch", "applies to online runs (--rate, --load or --trace); a fixed batch "
-                                          "serves --batch requests"),
+        ("rate_factor", args.trace is not None, "applies with --trace"),
+        ("concurrency", workload == "trace", "needs --trace without --tasks (it resamples the trace's sessions' "
+                                             "starts; --tasks sets a closed loop's concurrency)"),
+        ("warmup", workload in ("poisson", "trace"), "applies to open-loop online runs (--rate, --load or --trace); "
+                                                     "a closed loop (--tasks) warms up by --warmup-turns"),
+        ("requests", workload in ("poisson", "trace"), "applies to open-loop online runs (--rate, --load or --trace); "
+                                                       "a fixed batch serves --batch requests, a closed loop --tasks × "
+                                                       "--turns-per-task"),
+        ("turns_per_task", workload == "closed", "applies to a closed loop (--tasks)"),
+        ("data_parallel", workload == "closed", "applies to a closed loop (--tasks): an open-loop stream has no "
+                                                "tasks to route"),
+        ("think_s", workload == "closed", "applies to a closed loop (--tasks)"),
+        ("warmup_turns", workload == "closed", "applies to a closed loop (--tasks)"),
         ("batch", workload == "batch", "applies to a fixed batch, not with --rate, --load or --trace"),
         ("allow_roofline", args.profile_table is not None, "applies only with --profile-table"),
     ]
@@ -170,6 +202,12 @@ def _refuse_unused(args, kinds: set, workload: str) -> None:
 
 def _workload_kind(args) -> str:
     given = [f for f, v in (("--rate", args.rate), ("--load", args.load), ("--trace", args.trace)) if v is not None]
+    if args.tasks is not None:
+        given = [f for f in given if f != "--trace"]
+        if given:
+            raise ConfigError(f"--tasks = {args.tasks} and {' and '.join(given)}: give one (a closed loop's tasks set "
+                              "the arrivals)")
+        return "closed"
     if len(given) > 1:
         raise ConfigError(f"{' and '.join(given)}: give one (each sets the arrivals)")
     return "trace" if args.trace is not None else "batch" if not given else "poisson"
@@ -208,6 +246,8 @@ def scenario(args):
     if workload == "batch":
         batch = args.batch or 4
         return systems.Scenario.fixed_batch(model, batch, args.prompt, args.output, slots=args.slots or batch, **common)
+    if workload == "closed":
+        return _closed_loop(args, model, common)
     requests = args.requests or 1152
     warmup = 128 if args.warmup is None else args.warmup
     if warmup >= requests:
@@ -220,6 +260,39 @@ def scenario(args):
     inputs = rq.TraceInputs.from_trace(traces.load_trace(traces.resolve(args.trace)), requests)
     return systems.Scenario.replay(model, inputs, requests, slots=slots, rate_factor=args.rate_factor or 1.0,
                                    concurrency=args.concurrency, warmup=warmup, **common)
+
+
+def _closed_loop(args, model, common: dict):
+    """The closed loop of ``--tasks`` (module help), its options checked against each other."""
+    from hbfjax import traces
+    from hbfjax.serve import systems
+    from hbfjax.serve.state import MAX_SLOTS
+    from hbfjax.workload import requests as rq
+
+    gpus = args.data_parallel or 1
+    if args.tasks % gpus:
+        raise ConfigError(f"--tasks = {args.tasks}: must be a multiple of --data-parallel = {gpus} (a session-affine "
+                          "router gives each GPU the same number of tasks)")
+    tasks = args.tasks // gpus
+    turns = args.turns_per_task or 16
+    warmup_turns = 2 if args.warmup_turns is None else args.warmup_turns
+    if warmup_turns > turns - 2:
+        raise ConfigError(f"--warmup-turns = {warmup_turns}: must be <= --turns-per-task − 2 = {turns - 2} (the window "
+                          "runs from the last task's turn --warmup-turns to the first task's last turn)")
+    if tasks * turns > names.MAX_REQUESTS:
+        raise ConfigError(f"tasks per GPU × --turns-per-task = {tasks} × {turns} = {tasks * turns} requests per "
+                          f"stream: must be <= {names.MAX_REQUESTS}")
+    slots = args.slots or min(tasks, MAX_SLOTS)
+    if slots > min(tasks, MAX_SLOTS):
+        raise ConfigError(f"--slots = {slots}: must be <= the tasks per GPU = {tasks} (a task has one request in the "
+                          f"system at a time) and <= {MAX_SLOTS}")
+    trace = None
+    if args.trace is not None:
+        trace = rq.TraceInputs.from_trace(traces.load_trace(traces.resolve(args.trace)))
+    return systems.Scenario.closed_loop(model, tasks, turns, trace=trace,
+                                        think_s=1.0 if args.think_s is None else args.think_s, prompt=args.prompt,
+                                        output=args.output, slots=slots, warmup_turns=warmup_turns,
+                                        rate_factor=args.rate_factor or 1.0, **common)
 
 
 def _offered_load(args, sc) -> tuple:
@@ -250,6 +323,14 @@ def plan(args) -> tuple[dict, list]:
     header = {"model": args.model, "gpu": systems.gpu_for(args.system, sc), "streams": args.streams, "seed": args.seed}
     if args.reads != "linear":
         header["reads"] = args.reads
+    if sc.requests.closed_loop:
+        header.update(closed_loop=True, data_parallel=args.data_parallel or 1,
+                      tasks_total=sc.requests.tasks * (args.data_parallel or 1),
+                      tasks_per_package=sc.requests.tasks, turns_per_task=sc.requests.turns,
+                      think_s=float(sc.request_knobs.think_s), warmup_turns=sc.warmup_turns, slots=sc.slots,
+                      think_times="the trace's recorded inter-request gaps (÷ rate factor); exponential think_s "
+                                  "before a session's first turn" if sc.trace is not None else
+                                  "exponential, mean think_s")
     if args.load is not None:
         sc, extra = _offered_load(args, sc)
         header.update(extra)
@@ -264,9 +345,21 @@ def family_key(family) -> tuple:
     return systems.family_key(family)
 
 
+def _cluster(result: dict, gpus: int) -> dict:
+    """A system's result with the cluster's token rates (D GPUs that share nothing: D × one GPU's)."""
+    out = dict(result)
+    for key in ("throughput_tokens_per_s", "decode_tokens_per_s"):
+        if key in result:
+            out[f"cluster_{key}"] = gpus * result[key]
+            out[f"ci95_cluster_{key}"] = gpus * result[f"ci95_{key}"]
+    return out
+
+
 def assemble(header: dict, by_name: dict, systems_: list) -> dict:
-    """The run's JSON: the header and one system's metrics, or the header and a list by system."""
-    results = [{"system": name, **by_name[name]} for name in systems_]
+    """The run's JSON: the header and one system's metrics, or the header and a list by system (a
+    data-parallel closed loop adds each system's cluster token rates)."""
+    gpus = header.get("data_parallel", 1)
+    results = [{"system": name, **(_cluster(by_name[name], gpus) if gpus > 1 else by_name[name])} for name in systems_]
     if len(results) == 1:
         return {**header, **results[0]}
     return {**header, "systems": results}

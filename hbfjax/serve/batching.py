@@ -21,6 +21,11 @@ a request whose last token came out records its finish time and frees its slot a
 times are scattered into ``[R]`` arrays with ``mode="drop"``. :func:`rollout` runs the loop with an
 iteration-time callable (the real step, composing GPU and memory times, replaces it).
 
+In a closed loop (``BatcherConfig.tasks`` = T, ``state`` module) the queue is each task's next
+request in order of arrival (:func:`_queue`: a sort of T keys per boundary), admission marks the task
+as waiting on its request, and :func:`advance` issues a task's next request ``think_us`` after its
+previous one finishes; everything else is the open loop's.
+
 A :class:`Mechanism` with an ``admit`` hook reuses KV at admission (HBFlex §5.4, e.g. a session's
 retained KV, :mod:`hbfjax.serve.kv_cache`): a slot whose request reuses ``reused`` tokens starts with
 ``kv_tokens = reused`` and ``prefill_left = prompt − reused`` (its first token still comes from a
@@ -81,33 +86,57 @@ def _saturating_cumsum(x: jax.Array) -> jax.Array:
     return jax.lax.associative_scan(lambda a, b: b + jnp.minimum(a, _SATURATE - b), x)
 
 
-def _skip_idle(state: ServeState, requests: Requests) -> clock.Clock:
-    """The boundary's time: ``now``, or the next arrival if nothing is running or waiting (the queue's
-    head has not arrived: arrivals are sorted, so it is the only one to look at)."""
+class Queue(NamedTuple):
+    """The waiting requests at a boundary, in the order they are admitted (FIFO by arrival)."""
+
+    request: jax.Array  # int32[Q] the k-th queued request (>= R: none); Q = B open, T closed
+    arrival: clock.Clock  # Clock[Q] its arrival (never: none, or not issued yet)
+
+
+def _queue(state: ServeState, requests: Requests, config: BatcherConfig) -> Queue:
+    """Open loop: requests ``admitted …`` (sorted arrivals). Closed loop: each task's next request, ordered
+    by its arrival (ties by task; a task whose next request is not issued, or who has none left, last)."""
     r = requests.valid.shape[0]
-    head = jnp.minimum(state.admitted, r - 1)
-    due = clock.take(requests.arrival, head)
-    idle = ~(state.slots.request >= 0).any() & (state.admitted < r) & requests.valid[head] & clock.less(state.now, due)
+    if config.tasks == 0:
+        cand = state.admitted + jnp.arange(config.slots, dtype=jnp.int32)
+        idx = jnp.minimum(cand, r - 1)
+        ok = (cand < r) & requests.valid[idx]
+        return Queue(cand, clock.where(ok, clock.take(requests.arrival, idx), clock.never(cand.shape)))
+    nxt = state.task_next
+    idx = jnp.minimum(nxt, r - 1)
+    has = (nxt < r) & requests.valid[idx]
+    at = clock.where(has, clock.take(state.arrival, idx), clock.never(nxt.shape))
+    s_, us, order = jax.lax.sort((at.s, at.us, jnp.arange(nxt.shape[0], dtype=jnp.int32)), num_keys=2, is_stable=True)
+    return Queue(jnp.where(s_ == clock.INT32_MAX, r, nxt[order]), clock.Clock(s_, us))
+
+
+def _skip_idle(state: ServeState, queue: Queue) -> clock.Clock:
+    """The boundary's time: ``now``, or the queue head's arrival if nothing is running or waiting (the
+    queue is in arrival order, so its head is the only one to look at)."""
+    due = clock.take(queue.arrival, 0)
+    idle = ~(state.slots.request >= 0).any() & (due.s < clock.INT32_MAX) & clock.less(state.now, due)
     return clock.where(idle, due, state.now)
 
 
-def _admit(state: ServeState, requests: Requests, knobs: BatcherKnobs, now: clock.Clock) -> tuple[ServeState, jax.Array]:
-    """Arrived requests into free slots in arrival order, while their KV fits (tiers filled in order);
+def _admit(state: ServeState, requests: Requests, knobs: BatcherKnobs, now: clock.Clock,
+           queue: Queue) -> tuple[ServeState, jax.Array]:
+    """Arrived requests into free slots in queue order, while their KV fits (tiers filled in order);
     and bool[B], the slots that received one."""
     s = state.slots
     b, r = s.request.shape[0], requests.valid.shape[0]
-    arrived = clock.searchsorted(requests.arrival, now)
     free = s.request < 0  # bool[B]
     rank = jnp.clip(jnp.cumsum(free) - 1, 0, b - 1)  # int32[B] rank of each free slot
     k = jnp.arange(b, dtype=jnp.int32)
-    cand = state.admitted + k  # int32[B] the k-th waiting request
+    fill_q = lambda x, pad: x[:b] if x.shape[0] >= b else jnp.concatenate([x, jnp.full(b - x.shape[0], pad, x.dtype)])  # noqa: E731
+    cand = fill_q(queue.request, r)  # int32[B] the k-th waiting request
+    arrived = clock.less_equal(clock.Clock(fill_q(queue.arrival.s, clock.INT32_MAX), fill_q(queue.arrival.us, 0.0)), now)
     idx = jnp.minimum(cand, r - 1)
     need = jnp.where(cand < r, requests.prompt_tokens[idx] + requests.output_tokens[idx], 0)
     need = jnp.minimum(need, _SATURATE)
     upto = _saturating_cumsum(need)  # int32[B] KV of candidates 0 … k
     free_tier = knobs.kv_capacity_tokens - state.kv_used_tokens  # int32[T]
-    ok = (cand < arrived) & (k < free.sum()) & (upto <= free_tier.sum())  # bool[B] a prefix: FIFO
-    never_fits = (state.admitted < arrived) & (need[0] > knobs.kv_capacity_tokens.sum())
+    ok = (cand < r) & arrived & (k < free.sum()) & (upto <= free_tier.sum())  # bool[B] a prefix: FIFO
+    never_fits = (cand[0] < r) & arrived[0] & (need[0] > knobs.kv_capacity_tokens.sum())
     top = jnp.cumsum(free_tier)  # int32[T] tiers fill in order: tier t holds [top − free, top)
     fill = lambda x: jnp.clip(x[:, None] - (top - free_tier)[None, :], 0, free_tier[None, :])  # noqa: E731
     alloc = jnp.where(ok[:, None], fill(upto) - fill(upto - need), 0)  # int32[B, T] per candidate
@@ -118,9 +147,14 @@ def _admit(state: ServeState, requests: Requests, knobs: BatcherKnobs, now: cloc
                   decode_left=pick(requests.output_tokens[idx[rank]], s.decode_left),
                   kv_tokens=pick(0, s.kv_tokens), first_token=s.first_token,
                   kv_reserved=jnp.where(new[:, None], alloc[rank], s.kv_reserved))
+    tasks = state.task_next.shape[0]
+    if tasks:  # an admitted task waits for its request to finish before it issues the next one
+        task_next = state.task_next.at[jnp.where(ok, cand % tasks, tasks)].set(cand + tasks, mode="drop")
+    else:
+        task_next = state.task_next
     return dataclasses.replace(state, slots=slots, now=now, admitted=state.admitted + ok.sum(dtype=jnp.int32),
                                kv_used_tokens=state.kv_used_tokens + alloc.sum(axis=0),
-                               overflow=state.overflow | never_fits), new
+                               overflow=state.overflow | never_fits, task_next=task_next), new
 
 
 def _reuse(state: ServeState, new: jax.Array, reused: jax.Array) -> ServeState:
@@ -169,7 +203,8 @@ def schedule_with(state: ServeState, requests: Requests, knobs: BatcherKnobs, co
                   admit, carry) -> tuple[ServeState, Batch, Any]:
     """:func:`schedule` with a :class:`Mechanism` ``admit`` hook (None: none) called on ``carry`` right
     after admission; returns the state, the batch and the hook's carry."""
-    state, new = _admit(state, requests, knobs, _skip_idle(state, requests))
+    queue = _queue(state, requests, config)
+    state, new = _admit(state, requests, knobs, _skip_idle(state, queue), queue)
     if admit is not None:
         reused, carry = admit(carry, state, new)
         state = _reuse(state, new, reused)
@@ -197,8 +232,18 @@ def _scatter(times: clock.Clock, index, when: clock.Clock) -> clock.Clock:
     return clock.Clock(times.s.at[index].set(when.s, mode="drop"), times.us.at[index].set(when.us, mode="drop"))
 
 
-def advance(state: ServeState, iteration_us, batch: Batch) -> ServeState:
-    """The clock moved by ``iteration_us`` (float32 µs) and the iteration's progress booked."""
+def _issue_next(state: ServeState, requests: Requests, done: jax.Array, stamp: clock.Clock) -> clock.Clock:
+    """Closed loop: ``arrival`` with the next request of each task whose request finished (``done``
+    bool[B] at ``stamp``) issued its think time later."""
+    tasks, r = state.task_next.shape[0], requests.valid.shape[0]
+    nxt = state.slots.request + tasks  # int32[B]
+    think = requests.think_us[jnp.clip(nxt, 0, r - 1)]
+    return _scatter(state.arrival, jnp.where(done & (nxt < r), nxt, r), clock.advance(stamp, think))
+
+
+def advance(state: ServeState, iteration_us, batch: Batch, requests: Requests | None = None) -> ServeState:
+    """The clock moved by ``iteration_us`` (float32 µs) and the iteration's progress booked (a closed
+    loop needs ``requests``: a finished request issues its task's next one)."""
     now = clock.advance(state.now, iteration_us)
     s = state.slots
     r = state.tokens_out.shape[0]
@@ -219,8 +264,9 @@ def advance(state: ServeState, iteration_us, batch: Batch) -> ServeState:
                   kv_tokens=jnp.where(done, 0, s.kv_tokens + chunk + decoded.astype(jnp.int32)),
                   first_token=clock.where(done, clock.never(shape), slot_first),
                   kv_reserved=jnp.where(done[:, None], 0, s.kv_reserved))
+    arrival = _issue_next(state, requests, done, stamp) if state.task_next.shape[0] else state.arrival
     return dataclasses.replace(
-        state, slots=slots, now=now, first_token=_scatter(state.first_token, to_r(first), stamp),
+        state, slots=slots, now=now, arrival=arrival, first_token=_scatter(state.first_token, to_r(first), stamp),
         finish=_scatter(state.finish, to_r(done), stamp),
         tokens_out=state.tokens_out.at[to_r(produced)].add(1, mode="drop"),
         kv_used_tokens=state.kv_used_tokens - jnp.where(done[:, None], s.kv_reserved, 0).sum(axis=0),
@@ -283,11 +329,12 @@ def run(requests: Requests, knobs: BatcherKnobs, config: BatcherConfig, mechanis
                                   admitted=keep(active, new.admitted, st.admitted), now=keep(active, new.now, st.now),
                                   kv_used_tokens=keep(active, new.kv_used_tokens, st.kv_used_tokens),
                                   prefill_last=keep(active, new.prefill_last, st.prefill_last),
-                                  overflow=keep(active, new.overflow, st.overflow))
+                                  overflow=keep(active, new.overflow, st.overflow),
+                                  task_next=keep(active, new.task_next, st.task_next))
         b = dataclasses.replace(b, decode_mask=b.decode_mask & active, chunk_mask=b.chunk_mask & active,
                                 chunk_emits=b.chunk_emits & active)
         us, new_carry = mechanism.iteration(admitted_carry, new, b, st.iterations)
-        return (advance(new, us, b), keep(active, new_carry, carry)), None
+        return (advance(new, us, b, requests), keep(active, new_carry, carry)), None
 
     def chunk(c):
         (st, carry), chunks = c
@@ -298,7 +345,7 @@ def run(requests: Requests, knobs: BatcherKnobs, config: BatcherConfig, mechanis
         return (st, carry), chunks + 1
 
     # every chunk of a live stream holds an iteration with work; the chunk count only guards the loop
-    start = _varying_with((init(requests.valid.shape[0], config), mechanism.init(), jnp.int32(0)),
+    start = _varying_with((init(requests.valid.shape[0], config, requests.arrival), mechanism.init(), jnp.int32(0)),
                           (requests, knobs) if varying is None else varying)
     (final, carry), _ = jax.lax.while_loop(lambda c: go(c[0][0]) & (c[1] <= max_iterations), chunk,
                                            (start[:2], start[2]))

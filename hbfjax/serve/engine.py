@@ -89,6 +89,8 @@ class ServeConfig:
                 f"drawing counts needs uniform routing (routing_kind = {self.routing_kind!r}); use 'tokens'")
         require_choice(c, "timing_kind", self.timing_kind, TIMINGS)
         part_modules.check_parts(self.parts)
+        require(self.batcher.tasks == (self.requests.tasks or 0), c, "batcher.tasks", self.batcher.tasks,
+                f"must be the request stream's closed-loop tasks ({self.requests.tasks or 0}; 0: an open loop)")
         require(self.timing_kind == "organisation" or not self.parts, c, "parts", self.parts,
                 "the CPU-offloading timing has no HBF: give no parts")
         require(self.timing_kind == "organisation" or self.model.is_moe, c, "model", self.model.name,
@@ -401,6 +403,7 @@ def simulate(stream_id, seed, knobs: ServeKnobs, inputs, config: ServeConfig) ->
         if p.missing_inputs is not None:
             missing = missing | p.missing_inputs
         outputs[name] = PartOutput(totals=None if acc is None else totals.value(acc, p.totals), final=final)
-    return ServeOutput(arrival=reqs.arrival, first_token=st.first_token, finish=st.finish, tokens_out=st.tokens_out,
+    arrival = st.arrival if config.batcher.tasks else reqs.arrival  # a closed loop issued its own
+    return ServeOutput(arrival=arrival, first_token=st.first_token, finish=st.finish, tokens_out=st.tokens_out,
                        valid=reqs.valid, iterations=st.iterations, overflow=overflow, missing_inputs=missing,
                        totals=totals.value(carry.core, Totals), parts=outputs)

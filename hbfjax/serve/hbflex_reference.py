@@ -231,8 +231,8 @@ class BlockStore:
         self.b, self.k, self.c, self.n, self.r = b, k, c, bc.max_writes, bc.sessions
         self.g, self.rounds = bc.victims_per_gc, bc.gc_rounds
         self.bpp, self.trigger, self.target = f(bk.bytes_per_page), f(bk.gc_trigger), f(bk.gc_target)
-        aware, interval = float(np.asarray(bk.lifetime_aware)) > 0.5, f(bk.label_interval_us)
-        self.label = [int(np.floor(f(t) / interval)) % c if aware else 0 for t in root_start_us]
+        self.aware, self.interval = float(np.asarray(bk.lifetime_aware)) > 0.5, f(bk.label_interval_us)
+        self.label = [self.label_of(t) for t in root_start_us]
         self.owner = [[None] * k for _ in range(b)]  # (session, generation) or None (stale, unwritten)
         self.valid, self.status, self.block_class, self.erase_count = [0] * b, [_FREE] * b, [-1] * b, [0] * b
         self.ring = collections.deque(range(b))  # the free pool, in ring order
@@ -240,6 +240,12 @@ class BlockStore:
         self.pending, self.generation, self.session_pages = [f(0.0)] * self.r, [0] * self.r, [0] * self.r
         self.host_pages = self.gc_pages = self.invalidated_pages = self.stalled_writes = 0
         self.overflow = self.unsettled = False
+
+    def label_of(self, root_start_us) -> int:
+        """The lifetime label of a session root's start (float32 µs, as ``kv_blocks.lifetime_label``)."""
+        if not self.aware or not np.isfinite(root_start_us):
+            return 0
+        return int(np.floor(np.float32(root_start_us) / self.interval)) % self.c
 
     @property
     def erases(self) -> int:
@@ -403,9 +409,16 @@ class HbflexStep(reference.ServeStep):
         self.read_scale_us = 0.0  # Σ layers × (wave µs + bytes µs): the scale of kv_read_stall_us's cancellation
 
     # --- admission (the parts' admit hooks: tiers, sessions, blocks) ---------------------------------
-    def admit(self, requests: list, new: list, kv_tokens: list, now) -> list:
+    def admit(self, requests: list, new: list, kv_tokens: list, now, arrival: list | None = None) -> list:
+        if arrival is not None:  # a closed loop: a session root's start is known once it is issued
+            f = np.float32
+            for q, n in zip(requests, new):
+                if n and q >= 0 and self.session[q] == q:
+                    sec = np.floor(arrival[q] / 1e6)  # the clock's (s, us), summed in float32 as the engine does
+                    self.blocks.label[q] = self.blocks.label_of(f(sec) * f(1e6) + f(arrival[q] - sec * 1e6))
+        retains = self.p["hbf_request_kv"] > 0  # H3 retains nothing (parts.sessions)
         finished = [(self.session[q], self.prompt[q] + self.output[q], self.hbm.get(q, 0))
-                    for q, r in zip(self.last_requests, requests) if q >= 0 and q != r]
+                    for q, r in zip(self.last_requests, requests) if q >= 0 and q != r and retains]
         self.cache.retain([(s, c) for s, c, _ in finished])
         for s, _, moved in finished:  # HBM-resident KV moved to HBF to be retained
             self.block_bytes[s] = self.block_bytes.get(s, 0.0) + moved * self.m.kv_token
@@ -421,7 +434,7 @@ class HbflexStep(reference.ServeStep):
             s = self.session[q]
             running = max([kv for j, (r, kv) in enumerate(zip(requests, kv_tokens))
                            if r >= 0 and not new[j] and self.session[r] == s], default=0)
-            shared = max(min(self.prefix[q], running, self.prompt[q] - 1) - got, 0)
+            shared = max(min(self.prefix[q], running, self.prompt[q] - 1) - got, 0) if retains else 0
             self.hbf["shared_hit_tokens"] += shared
             reused.append((got + shared) // self.tokens_per_page * self.tokens_per_page)
         self.hbf["hit_tokens"] += sum(reused)
@@ -546,12 +559,14 @@ def serve(stream_id: int, seed: int, knobs: ServeKnobs, config: ServeConfig, inp
     # requests' KV may live in HBF (H3: HBM only)
     hbf = step.room_tokens if step.p["hbf_request_kv"] > 0 else 0
     caps = reference.admission_caps(step.hbm_tokens, hbf, knobs.batcher, config.batcher.tiers)
-    arrival = clock.to_us(reqs.arrival)[:n]
+    closed = config.batcher.tasks > 0  # a closed loop: the first T arrivals, the loop issues the rest
+    arrival = clock.to_us(reqs.arrival)[:config.batcher.tasks if closed else n]
+    think = np.asarray(reqs.think_us, np.float64).tolist() if closed else None
     t0 = time.perf_counter()
     result = reference.simulate(arrival, step.prompt[:n], step.output[:n], int(knobs.batcher.chunk_tokens),
                                 int(knobs.batcher.token_budget), caps, config.batcher,
                                 max_iterations=max_iterations or config.max_iterations, step=step, admit=step.admit,
-                                every_chunk=step.every_chunk, scan_chunk=config.scan_chunk)
+                                every_chunk=step.every_chunk, scan_chunk=config.scan_chunk, think_us=think)
     jax_s = step.uniforms.jax_s + (step.draws.jax_s if step.draws is not None else 0.0)
     step.loop_s = time.perf_counter() - t0 - jax_s
     return result, step.totals(), step

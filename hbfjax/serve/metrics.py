@@ -50,6 +50,13 @@ warm-up is masked, not a second rollout. Per stream:
     system fills has r ≈ 1 − (fill) / A and is flagged only when the fill exceeds 5 % of the window's
     arrivals (its latencies are then transient too).
 
+  A **closed loop** (``summary(..., closed=(tasks, warm-up turns))``, :func:`closed_window`) has a window
+  per stream instead of one by index: from the moment the last task issues its turn ``warm-up turns``
+  (every task has started and served its warm-up) to the moment the first task issues its last turn
+  (before it finishes, all T tasks are in the loop); the measured requests are those arriving in it,
+  its token rates count the requests finishing in it (``window_start_s``, ``window_end_s`` and
+  ``window_requests`` say which), and the rates and Little's law above are taken over it.
+
   A fixed batch (every request at t = 0) has T = 0: no rate, no Little's law; these keys are NaN,
   ``saturated`` is False (unflagged), and callers drop all of them, :data:`ONLINE_KEYS` with their
   ``ci95_`` half-widths (:func:`is_online_key`).
@@ -72,7 +79,7 @@ import numpy as np
 from hbfjax import clock
 from hbfjax.reports import mean_ci_fields
 from hbfjax.stats import mean_ci95, t975
-from hbfjax.validate import require, require_int
+from hbfjax.validate import ConfigError, require, require_int
 
 QUANTILES = (50, 90, 99)
 SATURATION_SHORTFALL = 0.05  # saturated: completions short of arrivals by more than this share ...
@@ -132,9 +139,29 @@ def window(n_requests: int, warmup: int, measured: int | None) -> np.ndarray:
     return (i >= warmup) & (i < warmup + measured)
 
 
+def _rows(in_window: np.ndarray) -> np.ndarray:
+    """The window as bool[S, R] or bool[1, R]: one by index (bool[R]) or one per stream (a closed loop)."""
+    in_window = np.asarray(in_window, bool)
+    return in_window if in_window.ndim == 2 else in_window[None, :]
+
+
+def closed_window(t: RequestTimes, tasks: int, warmup_turns: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A closed loop's steady window per stream (request i = turn · T + task): bool[S, R] the valid
+    requests arriving in [t0, t1) and float64[S] t0, t1 — t0 when the last task issues its request of
+    turn ``warmup_turns`` (every task has started and done its warm-up turns), t1 when the first task
+    issues its last request (after that one finishes the population falls below T)."""
+    s, r = t.arrival_s.shape
+    turns = r // tasks
+    require_int("closed_window", "warmup_turns", warmup_turns, 0, turns - 2)
+    a = t.arrival_s.reshape(s, turns, tasks)
+    t0, t1 = a[:, warmup_turns, :].max(axis=1), a[:, -1, :].min(axis=1)
+    inside = t.valid & (t.arrival_s >= t0[:, None]) & (t.arrival_s < t1[:, None])
+    return inside, t0, t1
+
+
 def per_request(t: RequestTimes, in_window: np.ndarray) -> RequestMetrics:
     """TTFT, TPOT and E2E of the finished requests in the window (NaN elsewhere)."""
-    measured = t.valid & in_window[None, :] & np.isfinite(t.finish_s)
+    measured = t.valid & _rows(in_window) & np.isfinite(t.finish_s)
     nan = lambda x: np.where(measured, x, np.nan)  # noqa: E731
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(t.tokens_out > 1, (t.finish_s - t.first_token_s) / (t.tokens_out - 1), np.nan)
@@ -149,7 +176,7 @@ def _span(lo: np.ndarray, hi: np.ndarray, mask: np.ndarray) -> np.ndarray:
 def arrival_window(t: RequestTimes, in_window: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """float64[S] (t0, t1): the first and last arrival of the valid requests in the measured window
     (finished or not); ±inf for a stream with none."""
-    mask = t.valid & in_window[None, :]
+    mask = t.valid & _rows(in_window)
     return np.where(mask, t.arrival_s, np.inf).min(axis=1), np.where(mask, t.arrival_s, -np.inf).max(axis=1)
 
 
@@ -213,19 +240,37 @@ def _goodput(t: RequestTimes, m: RequestMetrics, slo: Slo, span_s: np.ndarray) -
             "goodput_tokens_per_s": np.where(ok, t.tokens_out, 0).sum(axis=1) / span_s}
 
 
-def per_stream(t: RequestTimes, in_window: np.ndarray, slo: Slo | None = None) -> dict:
+def _closed_rates(t: RequestTimes, t0: np.ndarray, t1: np.ndarray) -> dict:
+    """A closed loop's token rates over its window [t0, t1): the output (and decode) tokens of the
+    requests finishing in it, over its length (steady state: no request's tokens straddle the edges on
+    average, whereas the open loop's measured span would run one E2E past t1)."""
+    done = t.valid & (t.finish_s >= t0[:, None]) & (t.finish_s < t1[:, None])
+    span_s = np.where(t1 > t0, t1 - t0, np.nan)
+    return {"throughput_tokens_per_s": np.where(done, t.tokens_out, 0).sum(axis=1) / span_s,
+            "decode_tokens_per_s": np.where(done, t.tokens_out - 1, 0).sum(axis=1) / span_s}
+
+
+def per_stream(t: RequestTimes, in_window: np.ndarray, slo: Slo | None = None, span=None) -> dict:
     """``{key: float64[S]}``: throughput, latency means and quantiles, the rates, Little's law terms and
-    ``saturated`` (bool[S]) of :func:`online`, and SLO goodput when ``slo`` is given."""
+    ``saturated`` (bool[S]) of :func:`online`, and SLO goodput when ``slo`` is given. ``span``: a closed
+    loop's window (t0, t1) float64[S] (:func:`closed_window`): its token rates are those finishing in
+    it (:func:`_closed_rates`), and ``window_start_s``, ``window_end_s``, ``window_requests`` say which."""
     m = per_request(t, in_window)
     out_tokens = np.where(m.measured, t.tokens_out, 0).sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a stream with no TPOT (all outputs 1 token): NaN
         span_s = _span(t.arrival_s, t.finish_s, m.measured)
-        result = {
-            "throughput_tokens_per_s": out_tokens / span_s,
-            "decode_tokens_per_s": np.where(m.measured, t.tokens_out - 1, 0).sum(axis=1)
-            / _span(t.first_token_s, t.finish_s, m.measured),
-        }
+        if span is None:
+            result = {
+                "throughput_tokens_per_s": out_tokens / span_s,
+                "decode_tokens_per_s": np.where(m.measured, t.tokens_out - 1, 0).sum(axis=1)
+                / _span(t.first_token_s, t.finish_s, m.measured),
+            }
+        else:
+            t0, t1 = span
+            span_s = np.where(t1 > t0, t1 - t0, np.nan)  # goodput over the same window
+            result = {**_closed_rates(t, t0, t1), "window_start_s": t0, "window_end_s": t1,
+                      "window_requests": m.measured.sum(axis=1).astype(np.float64)}
         for key, values, scale in (("ttft_s", m.ttft_s, 1.0), ("tpot_ms", m.tpot_s, 1e3), ("e2e_s", m.e2e_s, 1.0)):
             result[key] = np.nanmean(values, axis=1) * scale
             for q in QUANTILES:
@@ -250,13 +295,29 @@ def saturated(ratio: np.ndarray, shortfall: np.ndarray) -> bool:
     return bool(bound < 1.0 - SATURATION_SHORTFALL and short[keep].mean() > SATURATION_MIN_REQUESTS)
 
 
-def summary(t: RequestTimes, warmup: int = 0, measured: int | None = None, slo: Slo | None = None) -> dict:
+def stream_window(t: RequestTimes, warmup: int = 0, measured: int | None = None, closed=None):
+    """(in_window, span) of a run: by index (:func:`window`, span None), or a closed loop's steady window
+    (``closed`` = (tasks, warm-up turns): :func:`closed_window`; span its (t0, t1)); a closed loop with no
+    request in its window is refused (too few turns per task for the warm-up)."""
+    if closed is None:
+        return window(t.arrival_s.shape[1], warmup, measured), None
+    tasks, warmup_turns = closed
+    in_window, t0, t1 = closed_window(t, tasks, warmup_turns)
+    if not in_window.any():
+        raise ConfigError(f"closed loop: no request arrives between the last task's turn {warmup_turns} and the first "
+                          f"task's last turn in any stream ({t.arrival_s.shape[1] // tasks} turns per task): give "
+                          "more turns per task or fewer warm-up turns")
+    return in_window, (t0, t1)
+
+
+def summary(t: RequestTimes, warmup: int = 0, measured: int | None = None, slo: Slo | None = None,
+            closed=None) -> dict:
     """Across-stream means with 95 % half-widths (``ci95_<key>``) of every :func:`per_stream` value but
     ``saturated``: that one is the bool of :func:`saturated`, with ``saturated_streams`` the number of
-    streams flagged on their own."""
+    streams flagged on their own. ``closed``: (tasks, warm-up turns) of a closed loop (:func:`stream_window`)."""
     require(t.arrival_s.ndim == 2, "summary", "arrival_s.ndim", t.arrival_s.ndim, "must be 2 (streams, requests)")
-    in_window = window(t.arrival_s.shape[1], warmup, measured)
-    stream = per_stream(t, in_window, slo)
+    in_window, span = stream_window(t, warmup, measured, closed)
+    stream = per_stream(t, in_window, slo, span)
     flags = stream.pop("saturated")
     result = mean_ci_fields(stream, tuple(stream))
     result.update(_littles_ratio(stream))

@@ -54,6 +54,7 @@ class Result:
     iterations: int
     overflow: bool
     log: list  # per iteration: dict(start_us, decode: [request], chunks: {request: tokens}, us)
+    arrival_us: list = None  # each request's arrival (a closed loop issues them; None: never issued)
 
 
 def _batch(slots: list, decode: list, chunks: dict) -> Batch:
@@ -94,8 +95,12 @@ def _passes(batch: Batch, mode: str) -> list:
 
 def simulate(arrival_us, prompt_tokens, output_tokens, chunk_tokens: int, token_budget: int, kv_capacity_tokens,
              config: BatcherConfig, pass_us=None, max_iterations: int = 10**6, step=None, admit=None,
-             every_chunk=None, scan_chunk: int = 64) -> Result:
+             every_chunk=None, scan_chunk: int = 64, think_us=None) -> Result:
     """Serve the valid requests (``arrival_us`` sorted whole µs, lengths ints) to the end.
+
+    A closed loop (``config.tasks`` = T > 0, ``think_us`` the requests' think times): request i belongs to
+    task i mod T, only the first T arrivals are read, and a request's finish issues its task's next one
+    ``think_us`` later; the queue is the tasks' next requests in order of arrival (ties by task).
 
     ``pass_us(batch, draw)`` times each pass (rounded to whole µs); or ``step(requests, kv_tokens,
     batch, iteration)`` times a whole iteration (float µs, not rounded) from the slot table
@@ -105,29 +110,50 @@ def simulate(arrival_us, prompt_tokens, output_tokens, chunk_tokens: int, token_
     ``admit(requests, new, kv_tokens, now) -> reused`` (optional, ``batching.Mechanism.admit``): called
     right after admission with the slot table and ``new`` (the slots that just received a request);
     each new slot starts ``reused`` tokens into its prompt (clipped to [0, prompt − 1]) and gives back
-    the last ``reused`` tokens of its reservation, last tier first. ``every_chunk()`` (optional) is
+    the last ``reused`` tokens of its reservation, last tier first; a closed loop passes the requests'
+    arrivals too (``admit(..., now, arrival_us)``: issued ones, the rest None). ``every_chunk()`` (optional) is
     called after every ``scan_chunk`` loop steps and once after a last partial chunk (the engine's
     ``Mechanism.every_chunk``)."""
     as_time = int if step is None else float
     arrival, prompt, output = [as_time(a) for a in arrival_us], [int(p) for p in prompt_tokens], [int(o) for o in output_tokens]
-    n = len(arrival)
+    n = len(prompt)  # a closed loop's ``arrival_us`` may hold only its first T arrivals
     caps = [int(c) for c in kv_capacity_tokens]
     used = [0] * len(caps)
     slots = [_Slot(reserved=[0] * len(caps)) for _ in range(config.slots)]
     first, finish, out = [NEVER] * n, [NEVER] * n, [0] * n
+    tasks = config.tasks
+    if tasks:
+        arrival = arrival[:tasks] + [NEVER] * (n - tasks)
+        task_next = list(range(tasks))
+
+    def arrived(now) -> list:
+        """The requests waiting at ``now`` (arrived, not admitted), in admission order."""
+        if not tasks:
+            return list(range(admitted, bisect.bisect_right(arrival, now)))
+        issued = [(arrival[q], t, q) for t, q in enumerate(task_next) if q < n and arrival[q] is not NEVER]
+        return [q for a, _, q in sorted(issued) if a <= now]
+
+    def next_arrival():
+        """The earliest arrival of a request not yet admitted (None: none issued)."""
+        if not tasks:
+            return arrival[admitted] if admitted < n else None
+        return min((arrival[q] for q in task_next if q < n and arrival[q] is not NEVER), default=None)
+
     now, admitted, prefill_last, overflow, log, it, steps = 0, 0, False, False, [], 0, 0
     while (admitted < n or any(sl.request >= 0 for sl in slots)) and not overflow and it < max_iterations:
-        arrived = bisect.bisect_right(arrival, now)  # requests with arrival <= now
-        if not any(sl.request >= 0 for sl in slots) and admitted >= arrived and admitted < n:
-            now = arrival[admitted]  # idle: jump to the next arrival
-            arrived = bisect.bisect_right(arrival, now)
+        waiting = arrived(now)
+        due = next_arrival()
+        if not any(sl.request >= 0 for sl in slots) and not waiting and due is not None:
+            now = due  # idle: jump to the next arrival
+            waiting = arrived(now)
         # admission: FIFO into free slots (slot order), whole KV reserved, tiers filled in order
-        if admitted < arrived and prompt[admitted] + output[admitted] > sum(caps):
+        if waiting and prompt[waiting[0]] + output[waiting[0]] > sum(caps):
             overflow = True  # the head of the queue can never fit: it blocks the queue for good
         for sl in slots:
-            if sl.request >= 0 or admitted >= arrived:
+            if sl.request >= 0 or not waiting:
                 continue
-            need = prompt[admitted] + output[admitted]
+            head = waiting[0]
+            need = prompt[head] + output[head]
             if need > sum(caps) - sum(used):
                 break
             left = need
@@ -136,13 +162,17 @@ def simulate(arrival_us, prompt_tokens, output_tokens, chunk_tokens: int, token_
                 used[t] += take
                 sl.reserved[t] = take
                 left -= take
-            sl.request, sl.phase = admitted, Phase.PREFILL
-            sl.prefill_left, sl.decode_left, sl.kv_tokens = prompt[admitted], output[admitted], 0
+            sl.request, sl.phase = head, Phase.PREFILL
+            sl.prefill_left, sl.decode_left, sl.kv_tokens = prompt[head], output[head], 0
             sl.new = True
             admitted += 1
+            waiting.pop(0)
+            if tasks:
+                task_next[head % tasks] = head + tasks
         if admit is not None:
             new = [sl.new for sl in slots]
-            reused = admit([sl.request for sl in slots], new, [sl.kv_tokens for sl in slots], now)
+            args = ([sl.request for sl in slots], new, [sl.kv_tokens for sl in slots], now)
+            reused = admit(*args, arrival) if tasks else admit(*args)
             for sl, is_new, r in zip(slots, new, reused):
                 if is_new:
                     used = _give_back(sl, min(max(int(r), 0), max(sl.prefill_left - 1, 0)), used)
@@ -188,6 +218,8 @@ def simulate(arrival_us, prompt_tokens, output_tokens, chunk_tokens: int, token_
                 sl.decode_left -= 1
                 if sl.decode_left == 0:
                     finish[q] = now
+                    if tasks and q + tasks < n:
+                        arrival[q + tasks] = now + as_time(think_us[q + tasks])
                     used = [u - r for u, r in zip(used, sl.reserved)]
                     slots[slots.index(sl)] = _Slot(reserved=[0] * len(caps))
         steps += 1
@@ -196,7 +228,7 @@ def simulate(arrival_us, prompt_tokens, output_tokens, chunk_tokens: int, token_
     if every_chunk is not None and steps % scan_chunk:
         every_chunk()
     overflow = overflow or admitted < n or any(sl.request >= 0 for sl in slots)
-    return Result(first, finish, out, it, overflow, log)
+    return Result(first, finish, out, it, overflow, log, arrival)
 
 
 # --- the composed serving step (issue 11: "a plain-Python reference of the same iteration step") ----

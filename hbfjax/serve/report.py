@@ -98,11 +98,19 @@ def check_inputs(o) -> None:
                           "build them with hbfjax.serve.systems.inputs_for (a bug if raised from the CLI)")
 
 
-def system_report(o, org, parts: tuple, warmup: int, online: bool, slo=None, measured: int | None = None) -> dict:
+def _window(t, warmup, measured, closed, slo) -> tuple:
+    """``metrics.per_stream``'s (in_window, slo, span) arguments."""
+    in_window, span = metrics.stream_window(t, warmup, measured, closed)
+    return in_window, slo, span
+
+
+def system_report(o, org, parts: tuple, warmup: int, online: bool, slo=None, measured: int | None = None,
+                  closed=None) -> dict:
     """One system's JSON (module docstring) from its batched output ``o`` (leading stream axis) on
-    ``org`` (None: no organisation, the CPU systems) with ``parts``."""
+    ``org`` (None: no organisation, the CPU systems) with ``parts``; ``closed``: a closed loop's (tasks,
+    warm-up turns), whose window is per stream (``metrics.stream_window``)."""
     check_inputs(o)
-    s = metrics.summary(request_times(o), warmup, measured, slo)
+    s = metrics.summary(request_times(o), warmup, measured, slo, closed)
     if not online:  # every request arrives at t = 0: no arrival rate, Little's law is void
         s = {key: v for key, v in s.items() if not metrics.is_online_key(key)}
     result = dict(s)
@@ -116,8 +124,8 @@ def system_report(o, org, parts: tuple, warmup: int, online: bool, slo=None, mea
     return result
 
 
-def per_stream(o, warmup: int, slo=None, measured: int | None = None) -> dict:
+def per_stream(o, warmup: int, slo=None, measured: int | None = None, closed=None) -> dict:
     """A serving run's request metrics per stream (``metrics.per_stream``), its iterations and overflow flags."""
     t = request_times(o)
-    return {**metrics.per_stream(t, metrics.window(t.arrival_s.shape[1], warmup, measured), slo),
+    return {**metrics.per_stream(t, *_window(t, warmup, measured, closed, slo)),
             "iterations": np.asarray(o.iterations, np.float64), "overflow": np.asarray(o.overflow)}

@@ -3,6 +3,10 @@
 A stream serves its pre-sampled ``Requests [R]`` through a slot table of ``B_max`` running requests.
 The queue is two pointers: ``admitted`` (requests ``0 … admitted−1`` have entered a slot, in arrival
 order) and ``arrived`` = ``clock.searchsorted(arrival, now)``, computed where needed, never stored.
+In a closed loop (``BatcherConfig.tasks`` = T > 0; ``requests`` module, "Closed loops") arrivals are
+not known ahead: ``arrival`` holds them as the loop issues them (a task's next request a think time
+after its previous one finishes) and ``task_next`` each task's next request; the queue is the tasks
+whose next request has arrived, in order of arrival (ties by task), and ``admitted`` counts admissions.
 KV capacity is reserved per tier at admission (the whole prompt + output, no preemption; tiers fill
 in order, so tier 0 is the one a request spills out of); ``kv_used_tokens`` is that reservation.
 
@@ -50,10 +54,12 @@ class BatcherConfig:
     slots: int = 32  # B_max running requests (DASH §VI-E: 32)
     mode: str = "mixed"
     tiers: int = 2  # KV tiers (e.g. HBM, HBF), the length of BatcherKnobs.kv_capacity_tokens
+    tasks: int = 0  # closed loop: T tasks, request i of task i mod T (0: open loop, arrivals given)
 
     def __post_init__(self):
         c = type(self).__name__
         require_int(c, "slots", self.slots, 1, MAX_SLOTS)
+        require_int(c, "tasks", self.tasks, 0, 2**14)
         require_choice(c, "mode", self.mode, MODES)
         require_int(c, "tiers", self.tiers, 1, MAX_TIERS)
 
@@ -112,10 +118,13 @@ class ServeState:
     prefill_last: jax.Array  # bool[] the last iteration was a prefill one (``alternate`` mode)
     iterations: jax.Array  # int32[] iterations run
     overflow: jax.Array  # bool[] sticky: a request can never fit the KV capacity, or the rollout ran out
+    arrival: Clock  # Clock[R] closed loop: each request's arrival once issued (never until then); Clock[0] open
+    task_next: jax.Array  # int32[T] closed loop: each task's next request not yet admitted (>= R: none left)
 
 
-def init(requests: int, config: BatcherConfig) -> ServeState:
-    """The empty state at t = 0 for a stream of ``requests`` = R requests."""
+def init(requests: int, config: BatcherConfig, arrival: Clock | None = None) -> ServeState:
+    """The empty state at t = 0 for a stream of ``requests`` = R requests (a closed loop: ``arrival``
+    Clock[R], the requests' static arrivals, i.e. every task's first turn)."""
     b, t = config.slots, config.tiers
     zeros = jnp.zeros(b, jnp.int32)
     slots = Slots(request=jnp.full(b, -1, jnp.int32), phase=zeros, prefill_left=zeros, decode_left=zeros,
@@ -123,4 +132,6 @@ def init(requests: int, config: BatcherConfig) -> ServeState:
     return ServeState(slots=slots, admitted=jnp.int32(0), now=clock.zeros(), first_token=clock.never((requests,)),
                       finish=clock.never((requests,)), tokens_out=jnp.zeros(requests, jnp.int32),
                       kv_used_tokens=jnp.zeros(t, jnp.int32), prefill_last=jnp.bool_(False),
-                      iterations=jnp.int32(0), overflow=jnp.bool_(False))
+                      iterations=jnp.int32(0), overflow=jnp.bool_(False),
+                      arrival=clock.never((0,)) if config.tasks == 0 else arrival,
+                      task_next=jnp.arange(config.tasks, dtype=jnp.int32))

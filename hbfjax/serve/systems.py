@@ -30,7 +30,7 @@ from hbfjax.memory import organisations as orgs
 from hbfjax.serve import cpu_offload, engine, metrics, parts as part_modules, report
 from hbfjax.serve.parts.blocks import BlocksConfig
 from hbfjax.serve.parts.reads import ReadsConfig, read_laws
-from hbfjax.serve.state import BatcherConfig, BatcherKnobs
+from hbfjax.serve.state import MAX_SLOTS, BatcherConfig, BatcherKnobs
 from hbfjax.validate import ConfigError, require, require_choice, require_int
 from hbfjax.workload import models, timing
 from hbfjax.workload import requests as rq
@@ -58,7 +58,8 @@ class Scenario:
     chunk_tokens: int = CHUNK_TOKENS
     token_budget: int = TOKEN_BUDGET
     routing: str = "uniform"  # routing.KINDS
-    warmup: int = 0  # leading requests excluded from the metrics
+    warmup: int = 0  # leading requests excluded from the metrics (an open loop)
+    warmup_turns: int = 2  # a closed loop: turns every task serves before the window (metrics.closed_window)
     measured: int | None = None  # requests measured after the warm-up (None: all the rest)
     slo: metrics.Slo | None = None
     hbm_kv_budget_bytes: float | None = None  # None: the HBM the weights leave
@@ -86,6 +87,11 @@ class Scenario:
         require_int(c, "slots", self.slots, 1)
         require_choice(c, "reads", self.reads, READS)
         require_int(c, "warmup", self.warmup, 0, self.requests.requests - 1)
+        if self.requests.closed_loop:
+            require(self.warmup == 0, c, "warmup", self.warmup, "a closed loop's warm-up is warmup_turns")
+            require_int(c, "warmup_turns", self.warmup_turns, 0, self.requests.turns - 2)
+            require(self.slots <= self.requests.tasks, c, "slots", self.slots,
+                    f"must be <= tasks = {self.requests.tasks}: at most one request per task is in the system")
         for m in self.disable:
             require(m in hbf_packages.MECHANISMS, c, "disable", m, f"must be among {hbf_packages.MECHANISMS}")
         rq.check_knobs(self.request_knobs, self.requests)
@@ -127,7 +133,29 @@ class Scenario:
         return cls(model=model, requests=rq.RequestsConfig(requests=requests, arrivals="trace", replay=replay),
                    request_knobs=knobs, slots=slots, trace=trace, warmup=warmup, **changes)
 
+    @classmethod
+    def closed_loop(cls, model, tasks: int, turns: int, *, trace: rq.TraceInputs | None = None, think_s: float = 1.0,
+                    prompt: int = 1024, output: int = 128, slots: int | None = None, warmup_turns: int = 2,
+                    rate_factor: float = 1.0, **changes) -> "Scenario":
+        """``tasks`` agent tasks per package in a closed loop (HBFlex §6.1, §6.3), ``turns`` requests each: a
+        trace's sessions run one after another by each task (their recorded gaps as think times, ÷
+        ``rate_factor``), or without a trace independent ``prompt`` → ``output`` requests; ``think_s`` the
+        mean exponential think time before a task's first request and a session's (a synthetic loop: every)
+        request. ``slots`` default min(tasks, MAX_SLOTS): a request per task can run."""
+        knobs = rq.RequestKnobs.make(prompt=rq.LengthKnobs.make(prompt), output=rq.LengthKnobs.make(output),
+                                     think_s=think_s, rate_factor=rate_factor)
+        config = (rq.RequestsConfig(requests=tasks * turns, arrivals="closed", tasks=tasks) if trace is None else
+                  rq.RequestsConfig(requests=tasks * turns, arrivals="trace", replay="closed", tasks=tasks))
+        slots = min(tasks, MAX_SLOTS) if slots is None else slots
+        return cls(model=model, requests=config, request_knobs=knobs, slots=slots, trace=trace,
+                   warmup_turns=warmup_turns, **changes)
+
     # --- derived ------------------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> tuple | None:
+        """A closed loop's (tasks, warm-up turns) for its metrics' window; None for an open loop."""
+        return (self.requests.tasks, self.warmup_turns) if self.requests.closed_loop else None
 
     @property
     def model_spec(self) -> models.ModelSpec:
@@ -263,7 +291,8 @@ def serve_config(sys_: System, scenario: Scenario) -> engine.ServeConfig:
     slots = scenario.slots
     bound = scenario.max_pass_tokens or engine.pass_token_bound(slots, scenario.chunk_tokens, scenario.token_budget)
     return engine.ServeConfig(
-        model=sys_.model(scenario), batcher=BatcherConfig(slots=slots, mode=scenario.mode), requests=scenario.requests,
+        model=sys_.model(scenario), batcher=BatcherConfig(slots=slots, mode=scenario.mode, tasks=scenario.requests.tasks or 0),
+        requests=scenario.requests,
         max_pass_tokens=bound, routing_kind=scenario.routing,
         routing_draw="counts" if scenario.routing == "uniform" else "tokens", max_iterations=scenario.max_iterations,
         scan_chunk=scenario.scan_chunk, allow_roofline=scenario.allow_roofline, parts=sys_.parts(scenario),
@@ -337,7 +366,7 @@ def _family(config: engine.ServeConfig, names: tuple, scenario: Scenario, points
         _table_report(o, scenario)
         org = points[k].org
         result = report.system_report(o, org, config.parts, scenario.warmup, scenario.online, scenario.slo,
-                                      scenario.measured)
+                                      scenario.measured, scenario.closed)
         lookahead = org is not None and float(org.lookahead) > 0.5 and model.lookahead_capable
         return {**result, "lookahead_effective": bool(lookahead)}
 
@@ -349,7 +378,8 @@ def _family(config: engine.ServeConfig, names: tuple, scenario: Scenario, points
         return _family(config, new_names, scenario, new_points)
 
     return Family(engine.simulate, config, inputs_for(config, list(points), scenario), tuple(names), points,
-                  report_point, lambda o: report.per_stream(o, scenario.warmup, scenario.slo, scenario.measured),
+                  report_point, lambda o: report.per_stream(o, scenario.warmup, scenario.slo, scenario.measured,
+                                                             scenario.closed),
                   lambda pts, pad_to=None: inputs_for(config, list(pts), scenario, pad_to), with_points)
 
 

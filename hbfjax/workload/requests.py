@@ -51,6 +51,22 @@ and summed exactly on the two-part clock. It does not change how many sessions o
 unchanged, so it sets the concurrency (HBFlex Fig. 16: concurrent SWE-bench tasks);
 :func:`concurrency_rate_factor` gives the factor of a target mean number of open sessions.
 
+Closed loops (``RequestsConfig.tasks`` = T; HBFlex §6.1, §6.3: "concurrent SWE-bench tasks"): a task
+issues its next request a think time after its previous one finishes, so at most T requests are in
+the system. The stream holds R = T × turns requests, request i = turn · T + task (turn-major: the
+first T are every task's first request). Only first turns have a static arrival (a think time after
+t = 0); the serving loop issues the others (:mod:`hbfjax.serve.batching`) and records their arrivals,
+and with them their sessions' root starts (the lifetime labels). ``Requests.think_us`` holds each
+request's think time.
+
+* ``arrivals = "closed"``: synthetic tasks of independent requests, lengths drawn as above, exponential
+  think times of mean ``knobs.think_s``.
+* ``replay = "closed"`` (a trace): each task replays trace sessions drawn uniformly with replacement, one
+  after another, keeping their turns' lengths and reusable prefixes; a later turn thinks the trace's
+  recorded gap before it (÷ ``rate_factor``: the agent's recorded inter-request interval, which holds the
+  recorded run's own service time too, so it is an upper bound on the think time proper), a session's
+  first turn an exponential ``think_s``.
+
 Padding requests (``valid`` False) have arrival and root start ``clock.never()``, zero lengths and
 prefix, ``session`` their own index and ``parent`` −1. R is static: the serving layer asks for warm-up
 plus measured requests (DASH §VI-E: 128 + 1,024) and masks the warm-up by request index.
@@ -72,9 +88,10 @@ from hbfjax.salts import Salt
 from hbfjax.traces import Trace
 from hbfjax.validate import ConfigError, require, require_choice, require_int, require_real
 
-ARRIVALS = ("batch", "poisson", "gamma", "trace")
+ARRIVALS = ("batch", "poisson", "gamma", "trace", "closed")
 LENGTHS = ("fixed", "uniform", "lognormal", "empirical")
-REPLAYS = ("exact", "offset", "bootstrap")
+REPLAYS = ("exact", "offset", "bootstrap", "closed")
+MAX_TASKS = 2**14  # closed loop: concurrent tasks per stream
 MAX_REQUESTS = 2**17  # R per stream: within clock.cumsum's exact int32 range (137,438 steps)
 MAX_TOKENS = 2**24  # a length stays exact in float32 and a stream's token sums inside int32
 MAX_BOOTSTRAP_SLOTS = 2**22  # sessions × turns sorted per stream in a bootstrap
@@ -103,8 +120,12 @@ class Requests:
     prefix_tokens: jax.Array  # int32[R] leading prompt tokens whose KV an earlier request holds
     session: jax.Array  # int32[R] index (in this stream) of the session's root request
     parent: jax.Array  # int32[R] index of the parent request, −1 for a root
-    root_start: Clock  # Clock[R] arrival of the session's root: the lifetime label (HBFlex §5.4)
+    root_start: Clock  # Clock[R] arrival of the session's root: the lifetime label (HBFlex §5.4); in a
+    #   closed loop known only for first turns (never elsewhere: the serving state records it)
     valid: jax.Array  # bool[R] a real request (False: padding)
+    # float32[R] closed loop: whole µs a task thinks after its previous request finishes before issuing
+    # this one (a first turn: after t = 0); None for an open-loop stream
+    think_us: jax.Array | None = None
 
 
 # --- static config ---------------------------------------------------------------------------------
@@ -125,6 +146,7 @@ class RequestsConfig:
     replay: str | None = None
     gamma_tries: int = 8  # Marsaglia-Tsang tries per gamma gap (each accepts with p >= 0.95)
     bootstrap_sessions: int | None = None  # M sessions drawn per stream in a bootstrap
+    tasks: int | None = None  # closed loop (arrivals 'closed' or replay 'closed'): T tasks, R = T × turns
 
     def __post_init__(self):
         c = type(self).__name__
@@ -148,12 +170,30 @@ class RequestsConfig:
             require(self.replay is None, c, "replay", self.replay, "applies only to arrivals = 'trace'")
         else:
             object.__setattr__(self, "replay", require_choice(c, "replay", self.replay or "offset", REPLAYS))
+        closed = self.arrivals == "closed" or self.replay == "closed"
+        if closed:
+            t = require_int(c, "tasks", self.tasks, 1, MAX_TASKS)
+            require(self.requests % t == 0, c, "requests", self.requests,
+                    f"a closed loop serves tasks × turns requests: must be a multiple of tasks = {t}")
+        else:
+            require(self.tasks is None, c, "tasks", self.tasks, "applies only to a closed loop "
+                    "(arrivals = 'closed', or arrivals = 'trace' with replay = 'closed')")
         if self.replay == "bootstrap":
             m = self.requests if self.bootstrap_sessions is None else self.bootstrap_sessions
             object.__setattr__(self, "bootstrap_sessions", require_int(c, "bootstrap_sessions", m, 1, MAX_REQUESTS))
         else:
             require(self.bootstrap_sessions is None, c, "bootstrap_sessions", self.bootstrap_sessions,
                     "applies only to replay = 'bootstrap'")
+
+    @property
+    def closed_loop(self) -> bool:
+        """Tasks issue their next request a think time after the previous one finishes (HBFlex §6.3)."""
+        return self.tasks is not None
+
+    @property
+    def turns(self) -> int:
+        """Requests per task in a closed loop (R = tasks × turns); 0 in an open loop."""
+        return self.requests // self.tasks if self.closed_loop else 0
 
     @property
     def needs_inputs(self) -> bool:
@@ -201,26 +241,29 @@ class RequestKnobs:
     prompt: LengthKnobs
     output: LengthKnobs
     session_rate_factor: jax.Array  # float32[] bootstrap: session starts × this (internal gaps unchanged)
+    think_s: jax.Array  # float32[] closed loop: mean exponential think time (s) before a task's first
+    #   request and, in a synthetic loop, between its requests (a trace's sessions keep their own gaps)
 
     @classmethod
     def make(cls, rate_per_s=1.0, cv=1.0, batch=1, rate_factor=1.0, prompt: LengthKnobs | None = None,
-             output: LengthKnobs | None = None, session_rate_factor=1.0) -> "RequestKnobs":
+             output: LengthKnobs | None = None, session_rate_factor=1.0, think_s=1.0) -> "RequestKnobs":
         """Validated knobs: rate in (0, 1e6] /s, cv in [0.1, 4] (gamma shape 1/cv² in [1/16, 100]), batch in
-        [1, 2^17], rate factor in (0, 1e3], session rate factor in (0, 1e6]; lengths default to DASH's
-        1K prompt / 128 output tokens."""
+        [1, 2^17], rate factor in (0, 1e3], session rate factor in (0, 1e6], think time in [0, 1e4] s;
+        lengths default to DASH's 1K prompt / 128 output tokens."""
         c = cls.__name__
         rate = require_real(c, "rate_per_s", rate_per_s, 0.0, 1e6, lo_open=True)
         cv = require_real(c, "cv", cv, 0.1, 4.0)
         batch = require_int(c, "batch", batch, 1, MAX_REQUESTS)
         factor = require_real(c, "rate_factor", rate_factor, 0.0, 1e3, lo_open=True)
         sessions = require_real(c, "session_rate_factor", session_rate_factor, 0.0, 1e6, lo_open=True)
+        think = require_real(c, "think_s", think_s, 0.0, 1e4)
         prompt = LengthKnobs.make(1024, owner=f"{c}.prompt") if prompt is None else prompt
         output = LengthKnobs.make(128, owner=f"{c}.output") if output is None else output
         for name, value in (("prompt", prompt), ("output", output)):
             require(isinstance(value, LengthKnobs), c, name, type(value).__name__, "must be a LengthKnobs (LengthKnobs.make)")
         return cls(rate_per_s=jnp.float32(rate), cv=jnp.float32(cv), batch=jnp.int32(batch),
                    rate_factor=jnp.float32(factor), prompt=prompt, output=output,
-                   session_rate_factor=jnp.float32(sessions))
+                   session_rate_factor=jnp.float32(sessions), think_s=jnp.float32(think))
 
 
 def check_knobs(knobs: RequestKnobs, config: RequestsConfig) -> None:
@@ -544,11 +587,79 @@ def replay(seed, stream, knobs: RequestKnobs, inputs: TraceInputs, config: Reque
     return rotated(inputs, phase, config.requests, knobs.rate_factor)
 
 
+# --- closed loops (HBFlex §6.1, §6.3: concurrent agent tasks) ----------------------------------------
+
+def _think_us(seed, stream, index, think_s) -> jax.Array:
+    """float32 whole µs: exponential think times of mean ``think_s`` for requests ``index``."""
+    return jnp.round(rng.exponential(rng.mix(seed, stream, index, Salt.REQ_THINK)) * think_s * clock.US_PER_S)
+
+
+def _closed_first_turns(think_us: jax.Array, tasks: int) -> Clock:
+    """Clock[R]: a task's first request arrives after its think time from t = 0; every later one is issued
+    by the serving loop when its predecessor finishes (never here)."""
+    first = jnp.arange(think_us.shape[0]) < tasks
+    return clock.where(first, _clock_steps(think_us), clock.never(think_us.shape))
+
+
+def _closed_synthetic(seed, stream, knobs: RequestKnobs, inputs: TraceInputs | None, config: RequestsConfig) -> Requests:
+    """A synthetic closed loop: T tasks of independent requests (each its own session root), lengths drawn
+    as :func:`synthetic` draws them, exponential think times of mean ``knobs.think_s``."""
+    r = config.requests
+    i = jnp.arange(r, dtype=jnp.int32)
+    if config.prompt_lengths == "empirical":
+        prompt, output = empirical_pairs(seed, stream, inputs, r)
+    else:
+        prompt = lengths(seed, stream, knobs.prompt, config.prompt_lengths, Salt.REQ_PROMPT, r)
+        output = lengths(seed, stream, knobs.output, config.output_lengths, Salt.REQ_OUTPUT, r)
+    think = _think_us(seed, stream, i, knobs.think_s)
+    arrival = _closed_first_turns(think, config.tasks)
+    return Requests(arrival=arrival, prompt_tokens=prompt, output_tokens=output, prefix_tokens=jnp.zeros_like(i),
+                    session=i, parent=jnp.full_like(i, -1), root_start=arrival, valid=jnp.ones(r, bool), think_us=think)
+
+
+def session_turn_counts(inputs: TraceInputs) -> jax.Array:
+    """int32[S] turns of each trace session."""
+    return (inputs.turns >= 0).sum(axis=1, dtype=jnp.int32)
+
+
+def _closed_replay(seed, stream, knobs: RequestKnobs, inputs: TraceInputs, config: RequestsConfig) -> Requests:
+    """A trace's sessions run by T tasks in a closed loop (module docstring): task t replays trace sessions
+    drawn uniformly with replacement, one after another, until it has ``turns`` requests; a turn's think
+    time is the trace's recorded gap before it (÷ ``rate_factor``), a session's first turn thinks an
+    exponential ``think_s``. Request i = turn · T + task; its parent is the task's previous request when
+    both belong to one session."""
+    t_count, k_count = config.tasks, config.turns
+    task = jnp.arange(t_count, dtype=jnp.int32)
+    k = jnp.arange(k_count, dtype=jnp.int32)
+    pick = rng.uniform_index(rng.mix(seed, stream, task[:, None], Salt.REQ_TASK_SESSION, k[None, :]),
+                             inputs.sessions)  # int32[T, K] a task's sessions (K suffice: each has >= 1 turn)
+    span = session_turn_counts(inputs)[pick]  # int32[T, K]
+    ends = jnp.cumsum(span, axis=1)  # int32[T, K] turns done after each session
+    which = (ends[:, None, :] <= k[None, :, None]).sum(axis=2, dtype=jnp.int32)  # int32[T, K] session of turn k
+    within = k[None, :] - jnp.take_along_axis(ends - span, which, axis=1)  # int32[T, K] turn inside it
+    src = inputs.turns[jnp.take_along_axis(pick, which, axis=1), within]  # int32[T, K] trace request
+    # request i = turn · T + task: transpose to [K, T] and flatten
+    src, within = src.T.reshape(-1), within.T.reshape(-1)
+    i = jnp.arange(config.requests, dtype=jnp.int32)
+    cont = within > 0  # a later turn of a session
+    recorded = jnp.round(inputs.gap_us[src] / knobs.rate_factor)
+    think = jnp.where(cont, recorded, _think_us(seed, stream, i, knobs.think_s))
+    arrival = _closed_first_turns(think, t_count)
+    return Requests(arrival=arrival, prompt_tokens=inputs.prompt_tokens[src], output_tokens=inputs.output_tokens[src],
+                    prefix_tokens=jnp.where(cont, inputs.prefix_tokens[src], 0),
+                    session=i - within * t_count, parent=jnp.where(cont, i - t_count, -1),
+                    root_start=arrival, valid=jnp.ones(config.requests, bool), think_us=think)
+
+
 def generate(stream_id, seed, knobs: RequestKnobs, inputs: TraceInputs | None, config: RequestsConfig) -> Requests:
     """One stream's requests (the ``hbfjax.batch`` protocol; vmap over ``stream_id`` at the top)."""
     if config.needs_inputs and not isinstance(inputs, TraceInputs):
         raise ConfigError(f"generate.inputs = {type(inputs).__name__}: arrivals = {config.arrivals!r} with "
                           f"prompt_lengths = {config.prompt_lengths!r} needs TraceInputs.from_trace(trace)")
+    if config.replay == "closed":
+        return _closed_replay(seed, stream_id, knobs, inputs, config)
+    if config.arrivals == "closed":
+        return _closed_synthetic(seed, stream_id, knobs, inputs, config)
     if config.arrivals == "trace":
         return replay(seed, stream_id, knobs, inputs, config)
     return synthetic(seed, stream_id, knobs, inputs, config)

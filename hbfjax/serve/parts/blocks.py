@@ -22,6 +22,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from hbfjax import clock
+from hbfjax.clock import Clock
 from hbfjax.memory import delivery
 from hbfjax.serve import kv_blocks
 from hbfjax.serve.part import Part, RunView
@@ -53,6 +55,8 @@ class BlocksConfig:
 class BlocksState(NamedTuple):
     blocks: kv_blocks.KvBlocks
     new_bytes: jax.Array  # float32[R] KV bytes each session put in HBF since the last chunk
+    root_start: Clock  # Clock[R] each session root's arrival, the lifetime label's time (a closed loop
+    #   records it as the root is admitted: its arrival is issued by the loop, not known ahead)
 
 
 def store_knobs(knobs, room_tokens, model, bc: kv_blocks.KvBlocksConfig) -> kv_blocks.KvBlocksKnobs:
@@ -76,16 +80,26 @@ def part(knobs, config, run: RunView) -> Part:
     bc = config.blocks.store(sessions)
     bk = store_knobs(knobs, run.room_tokens, model, bc)
     per_token = float(model.kv_bytes_per_token)
+    closed = config.batcher.tasks > 0
     # a migrated byte is read over the HBF read cut and programmed at the program bandwidth (µs per kB)
     per_gb_s = (1.0 / jnp.maximum(org.hbf_stacks * org.hbf_write_gbps, 1e-9)
                 + 1.0 / jnp.maximum(delivery.read_cuts(org).hbf_gbps, 1e-9))
 
     def init():
-        return BlocksState(blocks=kv_blocks.init(bc), new_bytes=jnp.zeros(sessions, jnp.float32))
+        return BlocksState(blocks=kv_blocks.init(bc), new_bytes=jnp.zeros(sessions, jnp.float32),
+                           root_start=reqs.root_start)
 
     def admit(s: BlocksState, view, record):
         session = reqs.session[jnp.maximum(view.finished_request, 0)]
-        return s._replace(new_bytes=_add_bytes(s.new_bytes, session, record.retired_hbm_tokens, per_token)), record, None
+        s = s._replace(new_bytes=_add_bytes(s.new_bytes, session, record.retired_hbm_tokens, per_token))
+        if closed:
+            req = jnp.maximum(view.state.slots.request, 0)
+            root = view.new & (reqs.session[req] == req)
+            at = clock.take(view.state.arrival, req)
+            index = jnp.where(root, req, sessions)
+            s = s._replace(root_start=clock.Clock(s.root_start.s.at[index].set(at.s, mode="drop"),
+                                                  s.root_start.us.at[index].set(at.us, mode="drop")))
+        return s, record, None
 
     def writes(s: BlocksState, view, reads, times, record):
         session = reqs.session[jnp.maximum(view.request, 0)]
@@ -93,11 +107,11 @@ def part(knobs, config, run: RunView) -> Part:
 
     def every_chunk(s: BlocksState, record):
         ids = jnp.arange(sessions, dtype=jnp.int32)
-        blocks, _ = kv_blocks.write(s.blocks, ids, s.new_bytes, reqs.root_start, bk, bc)
+        blocks, _ = kv_blocks.write(s.blocks, ids, s.new_bytes, s.root_start, bk, bc)
         blocks = kv_blocks.invalidate(blocks, record.evicted, bc)
         blocks, moved = kv_blocks.collect(run.words, blocks, bk, bc)
         gc_us = moved.astype(jnp.float32) * bk.bytes_per_page * 1e-3 * per_gb_s
-        return (BlocksState(blocks=blocks, new_bytes=jnp.zeros_like(s.new_bytes)),
+        return (s._replace(blocks=blocks, new_bytes=jnp.zeros_like(s.new_bytes)),
                 record._replace(exposed_us=record.exposed_us + gc_us))
 
     return Part(init=init, admit=admit, writes=writes, every_chunk=every_chunk,
