@@ -76,6 +76,13 @@ def test_a_later_turn_reuses_its_sessions_retained_kv_in_whole_logical_pages(tmp
     assert _report(no_reuse)["prefix_hit_tokens_fraction"][0] == 0.0  # 110 < one 256-token page
     # the reused tokens are not prefilled: turn 2 needs ceil(54 / 64) = 1 chunk instead of ceil(150 / 64) = 3
     assert int(no_reuse.iterations[0]) - int(out.iterations[0]) == 2
+    # H3 keeps request KV out of HBF: nothing retained, nothing moved, turn 2 recomputes its whole prompt
+    h3 = _knobs("h3")
+    recompute = hb.run(engine.simulate, 1, 0, h3, cfg, inputs=_inputs(trace, [h3]))
+    assert not np.any(recompute.missing_inputs)
+    assert _report(recompute)["prefix_hit_tokens_fraction"][0] == 0.0
+    assert float(np.asarray(recompute.parts["sessions"].totals.retention_write_bytes)[0]) == 0.0
+    assert int(recompute.iterations[0]) == int(no_reuse.iterations[0])
 
 
 AZURE_REQUESTS, STREAMS, SEED = 24, 2, 4

@@ -11,7 +11,12 @@ Reuse is in whole logical pages (HBFlex §3.1, Fig. 7b: ``policy.logical_page_to
 whole sessions are evicted, least recently used first, while running plus retained KV exceeds
 ``policy.evict_threshold`` of the HBF KV room (``Chunk.evicted``: their pages die in the blocks part).
 
-Knobs read: ``policy.logical_page_tokens``, ``policy.evict_threshold`` and the room (``RunView``).
+H3 (``policy.hbf_request_kv`` = 0: request KV lives in HBM only, HBFlex §2.3) retains nothing: a
+finished request's KV is dropped with its HBM (nothing moves to HBF), so a later turn recomputes its
+whole prompt; the paper's admission constraint (running KV within the 36 GB of HBM) is the tiers part's.
+
+Knobs read: ``policy.logical_page_tokens``, ``policy.evict_threshold``, ``policy.hbf_request_kv`` and the
+room (``RunView``).
 """
 
 from __future__ import annotations
@@ -58,14 +63,18 @@ def part(knobs, config, run: RunView) -> Part:
     def init():
         return SessionsState(cache=kv_cache.init(config.requests.requests), running_kv_tokens=jnp.int32(0))
 
+    retains = policy.hbf_request_kv > 0.5  # H3 keeps request KV out of HBF: nothing retained
+
     def admit(s: SessionsState, view, record):
         st = view.state
         idx = jnp.maximum(view.finished_request, 0)
-        context = jnp.where(view.finished, reqs.prompt_tokens[idx] + reqs.output_tokens[idx], 0)
-        cache = kv_cache.retain(s.cache, reqs.session[idx], view.finished, context, st.now)
+        finished = view.finished & retains
+        context = jnp.where(finished, reqs.prompt_tokens[idx] + reqs.output_tokens[idx], 0)
+        cache = kv_cache.retain(s.cache, reqs.session[idx], finished, context, st.now)
         reused, cache = kv_cache.take(cache, st.slots.request, view.new, reqs)
-        shared = shared_with_running_turns(st.slots, view.new, reqs, reused)
+        shared = jnp.where(retains, shared_with_running_turns(st.slots, view.new, reqs, reused), 0)
         reused = (reused + shared) // tokens_per_page * tokens_per_page
+        record = record._replace(retired_hbm_tokens=jnp.where(retains, record.retired_hbm_tokens, 0))
         add = SessionTotals(retention_write_bytes=record.retired_hbm_tokens.sum().astype(jnp.float32) * per_token,
                             shared_hit_tokens=shared.sum().astype(jnp.float32),
                             hit_tokens=reused.sum().astype(jnp.float32))
