@@ -9,8 +9,8 @@ DASH_SYSTEMS = ("dash", "compact-dash", "relay-only", "direct-only")  # memory.o
 HBFLEX_SYSTEMS = ("hbflex", "naive-hbf", "h3", "fa-cli", "fa-csi", "is")  # memory.hbf_packages.PACKAGES
 CPU_SYSTEMS = ("cpu-stream", "cpu-compute", "hybrid", "hybrid-split")  # serve.cpu_offload.SYSTEMS
 SYSTEMS = DASH_SYSTEMS + HBFLEX_SYSTEMS + CPU_SYSTEMS  # serve.systems.SYSTEMS
-MODEL_PRESETS = ("qwen3-235b-a22b", "mixtral-8x22b", "grok-1", "llama4-maverick", "deepseek-v3", "deepseek-v2",
-                 "deepseek-v4-pro", "hunyuan", "llama3-8b", "llama3-70b")  # tuple(workload.models.PRESETS)
+MODEL_PRESETS = ("qwen3-235b-a22b", "qwen3-235b-a22b-int8", "mixtral-8x22b", "grok-1", "llama4-maverick",
+                 "deepseek-v3", "deepseek-v2", "deepseek-v4-pro", "hunyuan", "llama3-8b", "llama3-70b")  # tuple(workload.models.PRESETS)
 MODELS = tuple(sorted(MODEL_PRESETS))  # sorted(workload.models.PRESETS)
 GPUS = ("h100-pcie", "h100-sxm", "h200")  # sorted(workload.gpus.PRESETS)
 MODES = ("mixed", "serial", "alternate")  # serve.state.MODES

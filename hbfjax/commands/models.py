@@ -26,12 +26,12 @@ def _run(args) -> int:
     if args.json:
         print(json.dumps(jsonable(rows)))
         return 0
-    print(f"{'name':<18} {'layers':>6} {'moe':>4} {'experts':>8} {'top_k':>5} {'weights GB':>11} {'paper GB':>9} "
+    print(f"{'name':<20} {'layers':>6} {'moe':>4} {'experts':>8} {'top_k':>5} {'weights GB':>11} {'paper GB':>9} "
           f"{'experts GB':>11} {'KV B/token':>11}  estimated")
     for r in rows:
         paper = f"{r['paper_weight_bytes'] / 1e9:9.2f}" if r["paper_weight_bytes"] else f"{'-':>9}"
         experts = f"{r['routed_experts']}+{r['shared_experts']}"
-        print(f"{r['name']:<18} {r['layers']:>6} {r['moe_layers']:>4} {experts:>8} {r['top_k']:>5} "
+        print(f"{r['name']:<20} {r['layers']:>6} {r['moe_layers']:>4} {experts:>8} {r['top_k']:>5} "
               f"{r['weight_bytes'] / 1e9:11.2f} {paper} {r['expert_weight_bytes'] / 1e9:11.2f} "
               f"{r['kv_bytes_per_token']:11.0f}  {', '.join(r['estimated_fields']) or '-'}")
     return 0

@@ -387,6 +387,20 @@ def _qwen3_235b() -> ModelSpec:
         sources=_cited(src, *_GQA, *_MOE, "qk_norm") + (("weight_bytes_per_param", "DASH Table II: BF16"),))
 
 
+def _qwen3_235b_int8() -> ModelSpec:
+    """Qwen3-235B-A22B with INT8 weights (the norms kept in BF16): the precision HBFlex's capacity arithmetic
+    implies for it (issue 23; review 2026-12-02-hbflex-fidelity §1.2), 235 GB instead of DASH's BF16 470 GB."""
+    base = _qwen3_235b()
+    groups = tuple((g, INT8) for g in WEIGHT_GROUPS if g != "norms")
+    return dataclasses.replace(
+        base, name="qwen3-235b-a22b-int8", weight_bytes_per_param=groups,
+        sources=tuple((k, v) for k, v in base.sources if k != "weight_bytes_per_param"),
+        estimated=(("weight_bytes_per_param",
+                    "HBFlex states no weight precision for Qwen3 (only V4-Pro's prefetched groups are \"in INT8\", "
+                    "§5.3); its 3 TiB package with 1,024 agent tasks of 20 K+ tokens per GPU at 95 KB/token (§3.3) "
+                    "leaves room only with about one byte per weight, so INT8 is that reading; the norms stay BF16"),))
+
+
 def _mixtral_8x22b() -> ModelSpec:
     src = "huggingface.co/mistralai/Mixtral-8x22B-v0.1 config.json"
     return ModelSpec(
@@ -515,6 +529,7 @@ def _hunyuan() -> ModelSpec:
 
 PRESETS = {
     "qwen3-235b-a22b": _qwen3_235b,
+    "qwen3-235b-a22b-int8": _qwen3_235b_int8,
     "mixtral-8x22b": _mixtral_8x22b,
     "grok-1": _grok1,
     "llama4-maverick": _llama4_maverick,
