@@ -25,6 +25,7 @@ def machine() -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hbfjax.bench", description=__doc__)
     parser.add_argument("--only", nargs="*", default=None, help="benchmark modules to run (default: all)")
+    parser.add_argument("--skip", nargs="*", default=(), help="benchmark modules not to run")
     parser.add_argument("--scale", type=float, default=None,
                         help="work multiplier (default 1 on a GPU, smaller on a CPU so a run takes minutes)")
     parser.add_argument("--out", default=None, help="write rows and machine facts as JSON to this file")
@@ -39,7 +40,7 @@ def main(argv=None) -> int:
     rows = []
     names = sorted(m.name for m in pkgutil.iter_modules(bench.__path__) if not m.name.startswith("_"))
     for name in names:
-        if args.only and name not in args.only:
+        if (args.only and name not in args.only) or name in args.skip:
             continue
         module = importlib.import_module(f"hbfjax.bench.{name}")
         for row in module.run(scale):

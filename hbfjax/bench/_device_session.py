@@ -5,15 +5,20 @@ at the end (``summary.json`` and a short table on stdout, short enough for a too
 Steps (``--steps``, in this order; a device command may run at most 600 s, so run it as two calls):
 
 * ``bench``: ``python -m hbfjax.bench --scale 1`` (every row: placements, GC host writes, writeback,
-  serving, the sweep row, tuning), rows in ``bench.json``;
+  serving, the sweep row, tuning; the closed-loop rows are the ``closed`` step), rows in ``bench.json``;
 * ``table3``: DASH Table III as the figure module runs it, 1,000 streams per point (goal < 60 s);
 * ``sweep``: the README's Table III sweep through ``hbfjax sweep`` at 1,000 streams, 9 points stacked
   on one knob axis;
 * ``fig15``: HBFlex's Fig. 15 grid (6 organisations × 4 models × 3 traces) at 256 streams;
-* ``profile``: the H200 operator table of Qwen3-235B (``hbfjax profile``).
+* ``profile``: the H200 operator table of Qwen3-235B (``hbfjax profile``);
+* ``fig16``: HBFlex's Fig. 16 in its closed loop (16 … 1,024 tasks per GPU, two models, four
+  organisations) at 64 streams a point (the CPU default runs 4);
+* ``closed``: the closed-loop slot rows alone (``hbfjax.bench --only serve_closed``: 64, 256 and 1,024
+  slots, the batcher and the whole HBFlex engine).
 
     PYTHONPATH=. python3 -m hbfjax.bench._device_session --out $OUT --steps bench
     PYTHONPATH=. python3 -m hbfjax.bench._device_session --out $OUT --steps table3,sweep,fig15,profile
+    PYTHONPATH=. python3 -m hbfjax.bench._device_session --out $OUT --steps fig16
 """
 
 from __future__ import annotations
@@ -34,7 +39,8 @@ def steps(out: Path) -> dict[str, tuple[list[str], int]]:
     """name -> (argv after ``python -m``, time limit in s)."""
     py = [sys.executable, "-m"]
     return {
-        "bench": (py + ["hbfjax.bench", "--scale", "1.0", "--out", str(out / "bench.json")], 540),
+        "bench": (py + ["hbfjax.bench", "--scale", "1.0", "--skip", "serve_closed", "--out", str(out / "bench.json")],
+                  540),
         "table3": (py + ["experiments", "--only", "dash_table3_p90", "--streams", "1000", "--force", "--out",
                          str(out / "figs")], 150),
         "sweep": (py + ["hbfjax", "sweep", "serve", *TABLE3, "--streams", "1000", "--points-per-call", "9",
@@ -42,6 +48,10 @@ def steps(out: Path) -> dict[str, tuple[list[str], int]]:
         "fig15": (py + ["experiments", "--only", "hbflex15_latency", "--streams", "256", "--force", "--out",
                         str(out / "figs")], 180),
         "profile": (py + ["hbfjax", "profile", "--model", "qwen3-235b-a22b", "--out", str(out / "h200_qwen3.csv")], 120),
+        "fig16": (py + ["experiments", "--only", "hbflex16_concurrency", "--streams", "64", "--force", "--out",
+                        str(out / "figs")], 540),
+        "closed": (py + ["hbfjax.bench", "--only", "serve_closed", "--scale", "1.0", "--out",
+                         str(out / "bench_closed.json")], 300),
     }
 
 
