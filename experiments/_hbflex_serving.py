@@ -37,7 +37,8 @@ ORGANISATIONS = ("hbflex",) + BASELINES
 LAW_PAD = len(ORGANISATIONS)
 
 
-def trace_inputs(key: str, requests: int) -> rq.TraceInputs:
+def trace_inputs(key: str, requests: int | None) -> rq.TraceInputs:
+    """The trace ``key`` as arrays (its first ``requests`` requests; None: all of it)."""
     return rq.TraceInputs.from_trace(traces.load_trace(TRACES[key]), requests)
 
 
@@ -49,6 +50,14 @@ def scenario(model: str, inputs: rq.TraceInputs, *, slots: int, requests: int, r
     (warmup, kv_room_bytes, ...). HBFlex's systems use their 1-byte KV elements and the H200."""
     return systems.Scenario.replay(model, inputs, requests, slots=slots, replay=replay, concurrency=concurrency,
                                    max_iterations=max_iterations, scan_chunk=scan_chunk, **changes)
+
+
+def closed_scenario(model: str, inputs: rq.TraceInputs, *, tasks: int, turns: int, warmup_turns: int,
+                    max_iterations: int = 200_000, scan_chunk: int = 16, **changes) -> systems.Scenario:
+    """``tasks`` agent tasks per GPU running the trace's sessions in a closed loop, as ``hbfjax serve --trace
+    ... --tasks`` runs them (slots = tasks up to 1,024, the real KV room unless ``changes`` set one)."""
+    return systems.Scenario.closed_loop(model, tasks, turns, trace=inputs, warmup_turns=warmup_turns,
+                                        max_iterations=max_iterations, scan_chunk=scan_chunk, **changes)
 
 
 def family(names, sc: systems.Scenario) -> systems.Family:

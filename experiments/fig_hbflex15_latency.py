@@ -27,7 +27,7 @@ HBF_KEYS = ("waf", "read_wave_amplification", "write_stall_us_per_iteration", "s
 
 
 def _size(ctx: Context):
-    if ctx.tiny:  # bootstrap replay: the shape fig_hbflex16's and Table 2's tiny runs share (one compilation)
+    if ctx.tiny:  # bootstrap replay: the shape Table 2's tiny run shares (one compilation)
         return 2, 2, 6, hs.MODELS[1:2], ("swebench",), ("hbflex", "naive-hbf", "h3")
     streams = ctx.streams if jax.default_backend() != "cpu" else min(ctx.streams, MAX_CPU_STREAMS)
     return streams, WARMUP, MEASURED, hs.MODELS, tuple(hs.TRACES), hs.ORGANISATIONS
