@@ -179,7 +179,12 @@ def test_the_closed_window_is_every_task_past_its_warm_up_and_none_finished():
     # finishing in [5, 8): request 5 (5.5) only: 10 tokens over 3 s
     assert stream["throughput_tokens_per_s"][0] == pytest.approx(10 / 3)
     assert stream["window_requests"][0] == 1
-    with pytest.raises(ConfigError, match="turns per task"):
+    # the KV room turns over when the finished requests' KV (10 tokens each) reaches it: the 4th finish (3.0 s)
+    kv = np.full((1, 8), 10)
+    assert metrics.kv_turnover_s(t, kv, np.array([35]))[0] == 3.0
+    assert np.isinf(metrics.kv_turnover_s(t, kv, np.array([1000]))[0])
+    assert np.isnan(metrics.kv_turnover_s(t, kv, np.array([-1]))[0])
+    with pytest.raises(ConfigError, match="1 of 1 streams"):
         metrics.stream_window(metrics.RequestTimes(arrival[:, ::-1].copy(), arrival, finish, t.tokens_out, t.valid),
                               closed=(2, 2))
 

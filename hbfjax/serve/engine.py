@@ -239,6 +239,8 @@ class ServeOutput(NamedTuple):
     missing_inputs: jax.Array  # bool[] the inputs lacked a tabulated law the knobs need (the run is invalid)
     totals: Totals  # float32[] each: the run's write, read and occupancy sums
     parts: dict  # {part name: PartOutput}
+    kv_tokens: jax.Array  # int32[R] each request's whole KV (prompt + output tokens)
+    room_tokens: jax.Array  # int32[] the HBF KV room (−1: no HBF, the CPU systems)
 
 
 def pass_times(words: tuple, batch: timing.Batch, draw, knobs: ServeKnobs, config: ServeConfig,
@@ -406,4 +408,6 @@ def simulate(stream_id, seed, knobs: ServeKnobs, inputs, config: ServeConfig) ->
     arrival = st.arrival if config.batcher.tasks else reqs.arrival  # a closed loop issued its own
     return ServeOutput(arrival=arrival, first_token=st.first_token, finish=st.finish, tokens_out=st.tokens_out,
                        valid=reqs.valid, iterations=st.iterations, overflow=overflow, missing_inputs=missing,
-                       totals=totals.value(carry.core, Totals), parts=outputs)
+                       totals=totals.value(carry.core, Totals), parts=outputs,
+                       kv_tokens=reqs.prompt_tokens + reqs.output_tokens,
+                       room_tokens=jnp.int32(-1) if room is None else room)

@@ -295,18 +295,35 @@ def saturated(ratio: np.ndarray, shortfall: np.ndarray) -> bool:
     return bool(bound < 1.0 - SATURATION_SHORTFALL and short[keep].mean() > SATURATION_MIN_REQUESTS)
 
 
+def kv_turnover_s(t: RequestTimes, kv_tokens: np.ndarray, room_tokens: np.ndarray) -> np.ndarray:
+    """float64[S] when the KV of the requests finished so far (prompt + output tokens each) first reaches the
+    KV room: by then a retained session's KV may have been evicted (the room has turned over); ``inf``
+    for a stream that never got there, NaN without a room (``room_tokens`` < 0)."""
+    order = np.argsort(np.where(t.valid, t.finish_s, np.inf), axis=1, kind="stable")
+    finish = np.take_along_axis(t.finish_s, order, axis=1)
+    done = np.take_along_axis(t.valid & np.isfinite(t.finish_s), order, axis=1)
+    written = np.cumsum(np.where(done, np.take_along_axis(np.asarray(kv_tokens, np.float64), order, axis=1), 0.0), axis=1)
+    room = np.asarray(room_tokens, np.float64).reshape(-1, 1)
+    reached = written >= room
+    first = np.argmax(reached, axis=1)
+    at = np.where(reached.any(axis=1), finish[np.arange(finish.shape[0]), first], np.inf)
+    return np.where(room[:, 0] >= 0, at, np.nan)
+
+
 def stream_window(t: RequestTimes, warmup: int = 0, measured: int | None = None, closed=None):
     """(in_window, span) of a run: by index (:func:`window`, span None), or a closed loop's steady window
-    (``closed`` = (tasks, warm-up turns): :func:`closed_window`; span its (t0, t1)); a closed loop with no
-    request in its window is refused (too few turns per task for the warm-up)."""
+    (``closed`` = (tasks, warm-up turns): :func:`closed_window`; span its (t0, t1)); a closed loop with a
+    stream with no request in its window is refused (too few turns per task for the warm-up)."""
     if closed is None:
         return window(t.arrival_s.shape[1], warmup, measured), None
     tasks, warmup_turns = closed
     in_window, t0, t1 = closed_window(t, tasks, warmup_turns)
-    if not in_window.any():
-        raise ConfigError(f"closed loop: no request arrives between the last task's turn {warmup_turns} and the first "
-                          f"task's last turn in any stream ({t.arrival_s.shape[1] // tasks} turns per task): give "
-                          "more turns per task or fewer warm-up turns")
+    empty = ~in_window.any(axis=1)
+    if empty.any():
+        raise ConfigError(f"closed loop: in {int(empty.sum())} of {empty.size} streams no request arrives between the last "
+                          f"task's turn {warmup_turns} and the first task's last turn ({t.arrival_s.shape[1] // tasks} "
+                          "turns per task: the tasks drift apart by more than the turns left): give more turns per task "
+                          "or fewer warm-up turns")
     return in_window, (t0, t1)
 
 

@@ -104,6 +104,20 @@ def _window(t, warmup, measured, closed, slo) -> tuple:
     return in_window, slo, span
 
 
+def _turnover(o, closed) -> dict:
+    """A closed loop's KV-room turnover (``metrics.kv_turnover_s``) against its window: the mean turnover
+    time over streams (null unless every stream turned its room over: NaN without a room, the CPU
+    systems), the streams that did, and those whose window opened after it (the retention such a
+    window measures is the steady one)."""
+    t = request_times(o)
+    at = metrics.kv_turnover_s(t, o.kv_tokens, np.broadcast_to(np.asarray(o.room_tokens), t.valid.shape[:1]))
+    t0 = metrics.closed_window(t, *closed)[1]
+    finite = np.isfinite(at)
+    return {"kv_room_turnover_s": float(at.mean()) if finite.all() else None,
+            "kv_room_turned_over_streams": int(finite.sum()),
+            "window_after_turnover_streams": int((finite & (t0 >= at)).sum())}
+
+
 def system_report(o, org, parts: tuple, warmup: int, online: bool, slo=None, measured: int | None = None,
                   closed=None) -> dict:
     """One system's JSON (module docstring) from its batched output ``o`` (leading stream axis) on
@@ -114,6 +128,8 @@ def system_report(o, org, parts: tuple, warmup: int, online: bool, slo=None, mea
     if not online:  # every request arrives at t = 0: no arrival rate, Little's law is void
         s = {key: v for key, v in s.items() if not metrics.is_online_key(key)}
     result = dict(s)
+    if closed is not None:
+        result.update(_turnover(o, closed))
     if org is not None:
         run = measured_mean_ci(totals_report(o.totals, org))
         util = {k[len("utilisation_"):]: v for k, v in run.items() if k.startswith("utilisation_")}
