@@ -6,8 +6,8 @@ One event is one stream-iteration with work; ``us_per_slot_iteration`` is the en
 stream-iteration and slot. Rows (``T`` = tasks = slots, SWE-bench sessions in a closed loop, their
 recorded gaps as think times, 512-token chunks and an 8,192-token budget):
 
-* ``serve-closed batcher``: the batcher alone (``batching.rollout`` with a pass time of 50 µs + 1 µs per
-  token, so iterations stay short), ``streams`` streams of T × 3 turns to the end, against
+* ``serve-closed batcher``: the batcher alone (``batching.rollout`` with a pass time of 20 ms + 2 µs per
+  token, about a DeepSeek-V3 iteration on the HBFlex package), ``streams`` streams of T × 3 turns to the end, against
   ``reference.simulate`` on stream 0 with the same pass time;
 * ``serve-closed hbflex``: the whole engine, HBFlex's every part on DeepSeek-V3 and the H200 package (the
   real KV room: what the weights leave), each stream capped at ``ITERATIONS`` iterations with work
@@ -32,13 +32,15 @@ from hbfjax.workload import requests as rq
 SEED = 1
 TRACE = "swebench_miniswe_agent.csv"
 TURNS = 3
-ITERATIONS = 48  # engine rows: iterations with work per stream
+ITERATIONS = 200  # engine rows: iterations with work per stream
 SLOT_COUNTS = (64, 256, 1024)
 
 
 def _pass_us(b, draw=0):
-    """50 µs + 1 µs per token of the pass (whole µs: the reference's clock is exact)."""
-    return 50.0 + 1.0 * (b.decode_mask.sum() + (b.chunk_tokens * b.chunk_mask).sum())
+    """20 ms + 2 µs per token of the pass (whole µs: the reference's clock is exact): about a DeepSeek-V3
+    iteration on the HBFlex package, so that requests overlap as they do in serving (with µs passes each
+    request would run alone between the seconds-long thinks, a million iterations a stream)."""
+    return 20_000.0 + 2.0 * (b.decode_mask.sum() + (b.chunk_tokens * b.chunk_mask).sum())
 
 
 def _scenario(inputs, tasks: int, **changes) -> systems.Scenario:
