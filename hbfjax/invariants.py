@@ -33,7 +33,9 @@ NULLABLE = frozenset({"exact_mean_backlog_pages", "exact_p_backlog_positive", "t
                      # serving (hbfjax.serve.report): not measured by a run that wrote no page, read no HBF KV,
                      # or admitted no prompt token
                      | {f"{p}{k}" for p in ("", "ci95_") for k in ("waf", "read_wave_amplification",
-                                                                    "prefix_hit_tokens_fraction")})
+                                                                    "prefix_hit_tokens_fraction")}
+                     # a closed loop whose KV room did not turn over in every stream, or has none (CPU systems)
+                     | {"kv_room_turnover_s"})
 # tune: an objective to minimise may be a negated throughput, and a tuned point off the grid may beat it
 SIGNED = frozenset({"objective", "grid_best_objective", "gap"})
 FRACTIONS = frozenset({"hot_plane_fraction", "offload_fraction", "p_backlog_positive", "exact_p_backlog_positive",
