@@ -52,7 +52,11 @@ recorded gap before it, which also holds the recorded run's own service; a sessi
 exponential --think-s), without one independent --prompt/--output requests with exponential --think-s
 thinks. Each task serves --turns-per-task requests; the window is per stream, from the moment the last task
 issues its turn --warmup-turns to the moment the first task issues its last turn, and the JSON states it
-(window_start_s, window_end_s, window_requests); tokens/s counts the requests finishing in it.
+(window_start_s, window_end_s, window_requests); tokens/s counts the requests finishing in it. The window
+does not wait for the KV room to turn over: kv_room_turnover_s says when the finished requests' KV first
+filled it (null unless every stream got there), window_after_turnover_streams how many windows opened
+after it. --data-parallel D spreads --tasks over D GPUs, session-affine (each GPU serves tasks / D; the
+cluster_* token rates are D × one GPU's).
 
 Not modelled yet: shared-prefix replicas; data and tensor parallelism (one GPU and
 package per stream); for the CPU systems, CPU dispatch overhead, PCIe setup latency, reuse of streamed
