@@ -202,3 +202,17 @@ def test_the_cli_refuses_closed_loop_options_that_do_not_fit(argv, message, caps
     assert main(["serve", "--system", "hbflex", *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_data_parallel_tasks_are_split_over_the_gpus_and_their_rates_summed():
+    """--tasks 12 --data-parallel 4: each stream is one GPU's package serving 3 tasks in 3 slots; the cluster
+    rates are 4 × a GPU's, their half-widths too (the GPUs share nothing under a session-affine router)."""
+    from hbfjax.cli import build_parser
+    from hbfjax.commands import serve
+
+    args = build_parser().parse_args(["serve", "--system", "hbflex", "--tasks", "12", "--data-parallel", "4"])
+    sc = serve.scenario(args)
+    assert (sc.requests.tasks, sc.slots, sc.requests.requests) == (3, 3, 3 * 16)
+    out = serve.assemble({"data_parallel": 4}, {"hbflex": {"throughput_tokens_per_s": 2.5,
+                                                           "ci95_throughput_tokens_per_s": 0.5}}, ["hbflex"])
+    assert (out["cluster_throughput_tokens_per_s"], out["ci95_cluster_throughput_tokens_per_s"]) == (10.0, 2.0)
