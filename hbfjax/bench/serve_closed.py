@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hbfjax import batch, traces
+from hbfjax import traces
 from hbfjax.bench._timing import row, time_compiled, time_serving
 from hbfjax.serve import batching, hbflex_reference, reference, systems
 from hbfjax.serve.state import BatcherConfig
