@@ -22,7 +22,10 @@ network and the DASH write path), it adds in Python floats and loops what the pa
 * the KV bytes each session puts in HBF per pass and at retention, appended once per chunk of
   ``scan_chunk`` loop steps into a Python block store (:class:`BlockStore`; ``parts.blocks``: open
   block per lifetime class, LRU-evicted sessions' pages stale, greedy GC moving valid pages to the
-  open block of their class); the GC time of a chunk added to the next iteration.
+  open block of their class); the GC time of a chunk added to the next iteration. The sampled planes
+  of ``plane_store`` (:class:`SampledPlanes`, the block store faithful to placement) have their Python
+  mirror here too, checked against the store alone (``tests/test_plane_store.py``): the engine does not
+  use them yet.
 
 The wave's and the routing's uniforms come from JAX (hashes), as does the tabulated wave law of the
 inputs; everything else is Python. Where float32 decides a discrete outcome the reference rounds as
@@ -43,7 +46,7 @@ import numpy as np
 from hbfjax import clock, rng
 from hbfjax.memory.organisations import DECODE_KV, HBF
 from hbfjax.salts import Salt
-from hbfjax.serve import kv_blocks, reference
+from hbfjax.serve import kv_blocks, plane_store, reference
 from hbfjax.serve.engine import ServeConfig, ServeInputs, ServeKnobs
 from hbfjax.serve.parts import ORDER, blocks as blocks_part, reads as reads_part, sram as sram_part
 from hbfjax.validate import require, require_choice
@@ -357,6 +360,115 @@ class BlockStore:
 
     def waf(self) -> float:
         """(host + GC page programs) / host page programs, in float32 as ``kv_blocks.waf``."""
+        f = np.float32
+        return float((f(self.host_pages) + f(self.gc_pages)) / max(f(self.host_pages), f(1.0)))
+
+
+class SampledPlanes:
+    """The sampled planes of ``plane_store`` in Python: each session's new bytes as whole pages of the
+    package (float32 remainder, as the engine rounds), sent to the planes as the placement does — a
+    stripe over the session's plane group (group and offset from the engine's hashes, the count
+    computed here) or a Poisson count per plane (inverse CDF, a rounded normal above
+    ``plane_store.POISSON_EXACT_MEAN``, from the engine's uniforms, in float32 as it sums) — each
+    plane a :class:`BlockStore` counting pages as its bytes (``plane_store.plane_knobs``: one byte a page),
+    so the pages a plane cannot take wait in its pending bytes."""
+
+    def __init__(self, sc, sk, root_start_us: list, words: tuple):
+        f = np.float32
+        self.r, self.np = sc.sessions, sc.planes
+        self.bpp, self.n = f(sk.page_bytes), f(sk.package_planes)
+        self.grouped = float(np.asarray(sk.grouped)) > 0.5
+        self.g = max(int(np.round(float(np.asarray(sk.group_size)))), 1)
+        self.aware, self.interval = float(np.asarray(sk.blocks.lifetime_aware)) > 0.5, f(sk.blocks.label_interval_us)
+        self.c = sc.n_labels
+        self.label = [self.label_of(t) for t in root_start_us]
+        self.planes = [BlockStore(sc.plane, sk.blocks, root_start_us) for _ in range(self.np)]
+        for plane in self.planes:
+            plane.label = self.label  # one list: a closed loop sets a root's label on every plane
+        self.pending, self.written = [f(0.0)] * self.r, [0] * self.r
+        self.calls = 0
+        groups = max(int(np.floor(float(self.n) / self.g)), 1)
+        session = jnp.arange(self.r, dtype=jnp.int32)
+        h = lambda salt, *w: rng.mix(*words, *w, salt)  # noqa: E731
+        self.group = np.asarray(rng.below(h(plane_store.StoreSalt.GROUP, session), groups)).astype(int).tolist()
+        self.offset = np.asarray(rng.below(h(plane_store.StoreSalt.STRIPE_OFFSET, session), self.g)).astype(int).tolist()
+        self.groups = groups
+        plane, sess = jnp.arange(self.np, dtype=jnp.int32)[:, None], session[None, :]
+        self._hashes = jax.jit(lambda call: (rng.uniform01(h(plane_store.StoreSalt.PLANE_PAGES, call, plane, sess)),
+                                             rng.normal(h(plane_store.StoreSalt.PLANE_PAGES, call, plane, sess),
+                                                        h(plane_store.StoreSalt.PLANE_NORMAL, call, plane, sess))))
+
+    def label_of(self, root_start_us) -> int:
+        """The lifetime label of a session root's start (float32 µs, as ``kv_blocks.lifetime_label``)."""
+        if not self.aware or not np.isfinite(root_start_us):
+            return 0
+        return int(np.floor(np.float32(root_start_us) / self.interval)) % self.c
+
+    @staticmethod
+    def _poisson(u: float, z: float, mean) -> int:
+        f = np.float32
+        if mean > plane_store.POISSON_EXACT_MEAN:
+            return int(max(np.round(f(mean + np.sqrt(mean) * f(z))), 0.0))
+        pmf = cdf = f(jnp.exp(-jnp.float32(mean)))  # XLA's exp: numpy's may differ in the last place
+        x = 0
+        for k in range(plane_store.POISSON_TERMS):
+            x += u >= cdf
+            pmf = f(pmf * mean / f(k + 1))
+            cdf = f(cdf + pmf)
+        return x
+
+    def _placed(self, new: list) -> list:
+        """Pages of each session's ``new`` reaching each sampled plane (plane_store.placed_pages)."""
+        out = [[0] * self.r for _ in range(self.np)]
+        if self.grouped:
+            for j in range(self.np):
+                pos = (j // self.groups) % self.g
+                for s, n in enumerate(new):
+                    if n and self.group[s] == j % self.groups:
+                        first = self.written[s]
+                        out[j][s] = sum((k + self.offset[s]) % self.g == pos for k in range(first, first + n))
+            return out
+        u, z = (np.asarray(a) for a in self._hashes(jnp.int32(self.calls)))
+        for j in range(self.np):
+            for s, n in enumerate(new):
+                if n:
+                    out[j][s] = self._poisson(u[j, s], z[j, s], np.float32(n) / self.n)
+        return out
+
+    def write(self, new_bytes: np.ndarray) -> None:
+        f = np.float32
+        pending = [f(p + b) for p, b in zip(self.pending, new_bytes)]
+        new = [int(np.floor(p / self.bpp)) for p in pending]
+        for plane, placed in zip(self.planes, self._placed(new)):
+            plane.write(np.asarray(placed, np.float32))
+        self.pending = [f(p - f(n) * self.bpp) for p, n in zip(pending, new)]
+        self.written = [w + n for w, n in zip(self.written, new)]
+        self.calls += 1
+
+    def invalidate(self, evicted: list) -> None:
+        for plane in self.planes:
+            plane.invalidate(evicted)
+        for s in evicted:
+            self.pending[s] = np.float32(0.0)
+
+    def collect(self) -> int:
+        """GC on every plane; the pages migrated on the sampled planes."""
+        return sum(plane.collect() for plane in self.planes)
+
+    @property
+    def host_pages(self) -> int:
+        return sum(p.host_pages for p in self.planes)
+
+    @property
+    def gc_pages(self) -> int:
+        return sum(p.gc_pages for p in self.planes)
+
+    @property
+    def erases(self) -> int:
+        return sum(p.erases for p in self.planes)
+
+    def waf(self) -> float:
+        """(host + GC page programs) / host page programs, in float32 as ``plane_store.waf``."""
         f = np.float32
         return float((f(self.host_pages) + f(self.gc_pages)) / max(f(self.host_pages), f(1.0)))
 

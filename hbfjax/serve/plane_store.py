@@ -1,0 +1,252 @@
+"""A sample of HBF planes holding one serving stream's KV, each fed exactly the pages the placement sends
+it (HBFlex §3.3, §5.2, §5.4, §6.1; the fidelity audit's "sample planes, not bytes").
+
+The package stripes KV over all N planes (HBFlex §3: 6 stacks × 16 dies × 32 = 3,072), each of 512 blocks
+× 512 pages of 4 KiB. A stream simulates P of them (``PlaneStoreConfig.planes``), each a
+:mod:`hbfjax.serve.kv_blocks` store at that geometry holding the plane's share of the KV room: one page
+stands for room / (N × 512 × 512) bytes, i.e. 4 KiB × room / package (≈ 3.3 KiB at DeepSeek-V3's
+2.6 TB room: the rest of every plane holds weights, which GC never touches). Every call turns each
+session's new bytes into whole pages of the package (``pending_bytes`` holds the remainder) and sends
+them to the sampled planes as the placement does:
+
+- random pages (naive HBF, ``grouped`` = 0): a page lands on a uniform plane of N, so a sampled plane
+  receives Poisson(n / N) of a session's n new pages (the binomial's limit for N ≫ 1; the sampled planes
+  are drawn independently, which neglects the multinomial's negative correlation, O(P / N));
+- plane groups (HBFlex §5.2, ``grouped`` = 1): the planes form ⌊N / G⌋ groups of G; a session's k-th
+  page goes to plane (k + offset) mod G of its group; sampled plane j is the stripe position ⌊j / groups⌋
+  mod G of group j mod groups, so its pages are exact given the session's group and offset (uniform
+  hashes of the session: the paper states no rule that chooses a session's group).
+
+Within a plane, the pages of all sessions writing in a call interleave in its open blocks (one frontier
+per lifetime label with ``lifetime_aware``, else one), in session order. Eviction kills a session's
+pages on every plane; GC runs per plane. Pages a plane cannot take yet (GC behind, or more than
+``max_writes`` in one call) wait on that plane (``stalled_writes`` counts such calls).
+GC runs on a plane once its used pages pass the trigger, so until the room has filled a call costs
+the writes alone. WAF is the sampled planes' (host + GC programs) / host programs; the package's
+programs are N / P times theirs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from hbfjax import rng
+from hbfjax.clock import Clock
+from hbfjax.serve import kv_blocks
+from hbfjax.validate import require, require_int
+
+
+
+class StoreSalt:
+    """The store's hash salts (150-153). They join ``hbfjax.salts.Salt`` when the serving engine takes this
+    store (that edit re-keys every figure table); ``tests/test_plane_store.py`` checks that no ``Salt``
+    value equals one of them."""
+
+    PLANE_PAGES = 150  # Poisson pages of a session reaching a sampled plane (words: call, plane, session)
+    PLANE_NORMAL = 151  # its normal approximation's second hash, for large means (same words)
+    GROUP = 152  # the plane group of a session under plane-group placement (words: session)
+    STRIPE_OFFSET = 153  # the stripe start of a session's pages within its group (words: session)
+
+
+POISSON_TERMS = 48  # inverse-CDF terms of the Poisson draw (at mean POISSON_EXACT_MEAN the tail beyond is < 1e-9)
+POISSON_EXACT_MEAN = 16.0  # above it a rounded normal stands in (skewness 1/√16 = 0.25 and falling)
+
+
+@dataclass(frozen=True)
+class PlaneStoreConfig:
+    """Static shape of one stream's sampled planes (HBFlex §6.1 geometry by default)."""
+
+    sessions: int  # R: owners are session indices in [0, R)
+    planes: int = 4  # P planes simulated per stream (the package's N planes are a knob)
+    blocks_per_plane: int = 512
+    pages_per_block: int = 512
+    max_writes: int = 1024  # pages one plane programs per call at most (the rest waits, pending)
+    n_labels: int = 8
+    gc_rounds: int = 8  # GC rounds of victims_per_gc victims per plane per call
+
+    def __post_init__(self):
+        c = type(self).__name__
+        require_int(c, "planes", self.planes, 1, 4096)
+        self.plane  # validates the rest
+
+    @property
+    def plane(self) -> kv_blocks.KvBlocksConfig:
+        """One sampled plane's store."""
+        return kv_blocks.KvBlocksConfig(sessions=self.sessions, max_writes=self.max_writes,
+                                        n_blocks=self.blocks_per_plane, pages_per_block=self.pages_per_block,
+                                        n_labels=self.n_labels, gc_rounds=self.gc_rounds, collect_every=1)
+
+    @property
+    def plane_pages(self) -> int:
+        return self.blocks_per_plane * self.pages_per_block
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class PlaneStoreKnobs:
+    """Traced knobs: placement and the planes' block-store knobs (stack a leading axis to sweep)."""
+
+    blocks: kv_blocks.KvBlocksKnobs  # each plane's (bytes_per_page = 1: a plane counts whole pages)
+    page_bytes: jax.Array  # f32[] KV bytes of one page: room / (N × blocks × pages per block)
+    package_planes: jax.Array  # f32[] N planes the package stripes KV over (HBFlex §3: 3,072)
+    grouped: jax.Array  # f32[] 1: stripes over plane groups of G (HBFlex); 0: a random plane per page
+    group_size: jax.Array  # f32[] G planes per group
+
+    @classmethod
+    def make(cls, config: PlaneStoreConfig, room_bytes: float, package_planes: int = 3072, grouped: float = 1.0,
+             group_size: float = 32.0, **blocks) -> "PlaneStoreKnobs":
+        """Knobs for a KV room of ``room_bytes`` spread over ``package_planes`` planes (``blocks``:
+        KvBlocksKnobs.make's)."""
+        o = cls.__name__
+        require_int(o, "package_planes", package_planes, config.planes, 2**20)
+        require(grouped in (0, 1, 0.0, 1.0), o, "grouped", grouped, "must be 0 or 1")
+        require_int(o, "group_size", group_size, 1, 2**16)  # G above N: one group
+        bk = kv_blocks.KvBlocksKnobs.make(config.plane, float(config.plane_pages), **blocks)  # 1 byte a page
+        f32 = jnp.float32
+        return cls(blocks=bk, page_bytes=f32(room_bytes / (package_planes * config.plane_pages)),
+                   package_planes=f32(package_planes), grouped=f32(grouped), group_size=f32(group_size))
+
+
+class PlaneStore(NamedTuple):
+    """One stream's sampled planes. P = planes, R = sessions."""
+
+    planes: kv_blocks.KvBlocks  # [P] each plane's store; its pending "bytes" are the pages waiting on it
+    pending_bytes: jax.Array  # f32[R] a session's new bytes not yet a whole page of the package
+    pages_written: jax.Array  # int32[R] whole pages of the package each session has written (stripe position)
+    calls: jax.Array  # int32[] write calls so far (a word of the placement draws)
+
+
+def init(config: PlaneStoreConfig) -> PlaneStore:
+    """Erased planes, no session written."""
+    p, r = config.planes, config.sessions
+    one = kv_blocks.init(config.plane)
+    return PlaneStore(planes=jax.tree.map(lambda x: jnp.broadcast_to(x, (p,) + x.shape), one),
+                      pending_bytes=jnp.zeros(r, jnp.float32), pages_written=jnp.zeros(r, jnp.int32), calls=jnp.int32(0))
+
+
+def poisson(h_u: jax.Array, h_angle: jax.Array, mean: jax.Array) -> jax.Array:
+    """int32 Poisson variates of ``mean`` (float32, ≥ 0) from uint32 hashes: the inverse CDF over
+    ``POISSON_TERMS`` terms up to ``POISSON_EXACT_MEAN``, a rounded normal above it."""
+    mean = jnp.asarray(mean, jnp.float32)
+    u = rng.uniform01(h_u)
+
+    def term(k, c):  # c = (variate so far, pmf(k), cdf(k)): the variate is the number of cdf(k) <= u
+        x, pmf, cdf = c
+        pmf = pmf * mean / (k + 1.0)
+        return x + (u >= cdf), pmf, cdf + pmf
+
+    pmf0 = jnp.exp(-jnp.minimum(mean, POISSON_EXACT_MEAN))
+    small, _, _ = jax.lax.fori_loop(0, POISSON_TERMS, term, (jnp.zeros(mean.shape, jnp.int32), pmf0, pmf0))
+    large = jnp.maximum(jnp.round(mean + jnp.sqrt(mean) * rng.normal(h_u, h_angle)), 0.0)
+    return jnp.where(mean <= POISSON_EXACT_MEAN, small, large).astype(jnp.int32)
+
+
+def groups(knobs: PlaneStoreKnobs) -> jax.Array:
+    """int32[] plane groups of the package: ⌊N / G⌋ (at least 1)."""
+    g = jnp.maximum(jnp.round(knobs.group_size), 1.0)
+    return jnp.maximum(jnp.floor(knobs.package_planes / g), 1.0).astype(jnp.int32)
+
+
+def stripe_pages(first: jax.Array, count: jax.Array, position: jax.Array, group_size: jax.Array) -> jax.Array:
+    """int32 pages k in [first, first + count) with k ≡ position (mod G): a stripe's pages on one plane."""
+    g = group_size
+    upto = lambda n: jnp.where(n > position, (n - position + g - 1) // g, 0)  # noqa: E731  k < n with k ≡ pos
+    return upto(first + count) - upto(first)
+
+
+def placed_pages(words: tuple, new_pages: jax.Array, pages_before: jax.Array, call, knobs: PlaneStoreKnobs,
+                 config: PlaneStoreConfig) -> jax.Array:
+    """int32[P, R]: of each session's ``new_pages`` int32[R] (its pages ``pages_before`` … onwards), those
+    the placement sends to each sampled plane (module docstring); ``call`` int32[] a word of the draws."""
+    p, r = config.planes, config.sessions
+    plane = jnp.arange(p, dtype=jnp.int32)[:, None]
+    session = jnp.arange(r, dtype=jnp.int32)[None, :]
+    h = lambda salt, *w: rng.mix(*words, *w, salt)  # noqa: E731
+    mean = new_pages.astype(jnp.float32)[None, :] / knobs.package_planes
+    random = poisson(h(StoreSalt.PLANE_PAGES, call, plane, session), h(StoreSalt.PLANE_NORMAL, call, plane, session),
+                     jnp.broadcast_to(mean, (p, r)))
+    g = jnp.maximum(jnp.round(knobs.group_size), 1.0).astype(jnp.int32)
+    n_groups = groups(knobs)
+    mine = rng.below(h(StoreSalt.GROUP, session), n_groups).astype(jnp.int32) == plane % n_groups  # [P, R]
+    offset = rng.below(h(StoreSalt.STRIPE_OFFSET, session), g).astype(jnp.int32)  # [1, R]
+    position = jnp.mod((plane // n_groups) % g - offset, g)  # [P, R] which k mod G land on this plane
+    striped = jnp.where(mine, stripe_pages(pages_before[None, :], new_pages[None, :], position, g), 0)
+    return jnp.where(knobs.grouped > 0.5, striped, random)
+
+
+def write(words: tuple, state: PlaneStore, session_bytes: jax.Array, root_start: Clock, knobs: PlaneStoreKnobs,
+          config: PlaneStoreConfig) -> tuple[PlaneStore, jax.Array]:
+    """Each session's new KV bytes (f32[R]; ``root_start`` Clock[R] its root's start) to the sampled planes:
+    whole pages of the package placed (:func:`placed_pages`), then programmed on each plane within its
+    room (the rest pending there). Returns (state, pages programmed on the sampled planes int32[])."""
+    bk, bc = knobs.blocks, config.plane
+    pending = state.pending_bytes + session_bytes
+    new = jnp.floor(pending / knobs.page_bytes).astype(jnp.int32)
+    placed = placed_pages(words, new, state.pages_written, state.calls, knobs, config).astype(jnp.float32)
+    session = jnp.arange(config.sessions, dtype=jnp.int32)
+    planes, wrote = jax.vmap(lambda st, pages: kv_blocks.write(st, session, pages, root_start, bk, bc))(state.planes, placed)
+    return state._replace(planes=planes, pending_bytes=pending - new.astype(jnp.float32) * knobs.page_bytes,
+                          pages_written=state.pages_written + new, calls=state.calls + 1), wrote.sum()
+
+
+def invalidate(state: PlaneStore, evicted: jax.Array, config: PlaneStoreConfig) -> PlaneStore:
+    """The ``evicted`` sessions' (bool[R]) pages die on every plane, waiting ones included."""
+    planes = jax.vmap(lambda st: kv_blocks.invalidate(st, evicted, config.plane))(state.planes)
+    return state._replace(planes=planes, pending_bytes=jnp.where(evicted, 0.0, state.pending_bytes))
+
+
+def gc_due(state: PlaneStore, knobs: PlaneStoreKnobs, config: PlaneStoreConfig) -> jax.Array:
+    """bool[]: a sampled plane's used pages exceed the GC trigger (kv_blocks.used_fraction)."""
+    used = jax.vmap(lambda st: kv_blocks.used_fraction(st, config.plane))(state.planes)
+    return (used > knobs.blocks.gc_trigger).any()
+
+
+def collect(words: tuple, state: PlaneStore, knobs: PlaneStoreKnobs, config: PlaneStoreConfig) -> tuple[PlaneStore, jax.Array]:
+    """GC on every sampled plane once one is over the trigger (kv_blocks.collect with the plane's index as a
+    word); returns (state, pages migrated on the sampled planes int32[]).
+
+    Below the trigger nothing is settled (the lazy invalidations wait; ``session_pages`` is exact anyway):
+    the call is a ``while_loop`` run at most once, so a batch of streams none of which is due skips the
+    O(pages) settle (a batched predicate runs the body while any stream is due, masking the others).
+    """
+    index = jnp.arange(config.planes, dtype=jnp.int32)
+
+    def gc(c):
+        st, _, _ = c
+        planes, moved = jax.vmap(lambda p, j: kv_blocks.collect((*words, j), p, knobs.blocks, config.plane))(
+            st.planes, index)
+        return st._replace(planes=planes), jnp.bool_(True), moved.sum()
+
+    state, _, moved = jax.lax.while_loop(lambda c: ~c[1] & gc_due(c[0], knobs, config), gc,
+                                         (state, jnp.bool_(False), jnp.int32(0)))
+    return state, moved
+
+
+def host_pages(state: PlaneStore) -> jax.Array:
+    return state.planes.host_pages.sum(axis=-1)  # int32[] host page programs on the sampled planes
+
+
+def gc_pages(state: PlaneStore) -> jax.Array:
+    return state.planes.gc_pages.sum(axis=-1)  # int32[] GC migrations on the sampled planes
+
+
+def erases(state: PlaneStore) -> jax.Array:
+    return state.planes.blocks.erases.sum(axis=(-2, -1))  # int32[] block erases on the sampled planes
+
+
+def overflow(state: PlaneStore) -> jax.Array:
+    return state.planes.overflow.any(axis=-1)  # bool[] a plane's free pool ran dry (results invalid)
+
+
+def stalled_writes(state: PlaneStore) -> jax.Array:
+    return state.planes.stalled_writes.sum(axis=-1)  # int32[] plane-calls that left pages pending
+
+
+def waf(state: PlaneStore) -> jax.Array:
+    """f32[] (host + GC page programs) / host page programs over the sampled planes (1 before any write)."""
+    host = host_pages(state).astype(jnp.float32)
+    return (host + gc_pages(state).astype(jnp.float32)) / jnp.maximum(host, 1.0)
