@@ -25,8 +25,9 @@ figures: $(STAMP)
 	$(PY) -m experiments --streams $(STREAMS) --out figures
 
 # two worker processes: the suite is mostly XLA compilation, one core each (pytest-xdist, see README);
-# the tests marked slow (the tuning runs of the serving and GC problems against their grids, the figure smoke runs:
-# make test holds the figures by experiments --check instead) need
+# the tests marked slow (the tuning problems' runs and landscapes, the two largest families' batch-protocol checks,
+# the every-system walk, the four-device sweep, the plane store's statistics, the figure smoke runs: make test
+# holds the figures by experiments --check instead) need
 # make test-slow: CI's make test must stay under 10 minutes on 2 cores. pyproject.toml's addopts schedule whole
 # test modules on the workers (--dist loadscope), in file order
 # The two workers share one JAX compilation cache made for the run and removed after it (a program one

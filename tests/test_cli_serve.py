@@ -28,6 +28,7 @@ def _metrics(result: dict) -> dict:
     return {k: v for k, v in flat.items() if k not in ("model", "gpu", "streams", "seed", "system")}
 
 
+@pytest.mark.slow  # 94 worker-seconds: make test-slow (make test runs several systems in test_serve_json_keys_and_several_systems)
 def test_every_system_runs_alone_and_as_a_sweep_point_with_the_same_keys(capsys, tmp_path):
     alone = {}
     for name in names.SYSTEMS:

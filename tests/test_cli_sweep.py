@@ -132,6 +132,7 @@ def test_a_sweep_killed_mid_way_resumes_with_no_row_lost_or_repeated(tmp_path):
     _same(resumed, _table(whole))
 
 
+@pytest.mark.slow  # 54 worker-seconds: make test-slow
 def test_serve_knob_axes_compile_once_equal_single_runs_on_one_or_four_devices_and_find_capacity(tmp_path, capsys):
     grid, capacity = str(tmp_path / "grid.csv"), str(tmp_path / "cap.csv")
     sweep = ["sweep", "serve", *SERVE, "--rate", "4", "--vary", "system=dash,relay-only", "--vary", "t-read-us=2,8",

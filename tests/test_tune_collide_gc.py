@@ -45,6 +45,7 @@ def _point(g):
     return {collide_gc.KNOB: jnp.float32(g)}
 
 
+@pytest.mark.slow  # the tuning problem's landscape: make test-slow (CI's 10-minute make test)
 def test_exact_objective_is_the_simulations_waf_and_read_amplification(problem, exact, landscape):
     s = collide_gc.CollideGcSettings()
     cfg = s.config()
@@ -62,6 +63,7 @@ def test_exact_objective_is_the_simulations_waf_and_read_amplification(problem, 
                                    rtol=2e-6)
 
 
+@pytest.mark.slow  # the tuning problem's landscape: make test-slow (CI's 10-minute make test)
 def test_landscape_has_an_interior_optimum_and_metrics_are_at_least_one(problem, landscape):
     grid = [p[collide_gc.KNOB] for p in problem.grid_points()]
     obj = landscape["objective"]
@@ -76,6 +78,7 @@ def test_landscape_has_an_interior_optimum_and_metrics_are_at_least_one(problem,
     assert np.all(np.diff(landscape["waf"]) >= 0)  # and mix more lifetimes
 
 
+@pytest.mark.slow  # the tuning problem's landscape: make test-slow (CI's 10-minute make test)
 def test_common_random_numbers_groups_within_one_request_per_group_give_identical_gc(exact, landscape):
     # G ≤ planes / slots = 16: each request owns its group's blocks, so the device — and every draw
     # that drives it — is the same: WAF bit-identical across those five grid points.
@@ -92,6 +95,7 @@ def test_common_random_numbers_groups_within_one_request_per_group_give_identica
     assert float(again) == pytest.approx(float(landscape["objective"][6]), rel=1e-6) and float(other) != float(again)
 
 
+@pytest.mark.slow  # the tuning problem's landscape: make test-slow (CI's 10-minute make test)
 def test_vmap_over_stacked_values_equals_point_by_point(problem, exact, landscape):
     for i in (0, 6, 8):
         g = problem.grid_points()[i][collide_gc.KNOB]
@@ -99,6 +103,7 @@ def test_vmap_over_stacked_values_equals_point_by_point(problem, exact, landscap
                                                                                    rel=1e-6)
 
 
+@pytest.mark.slow  # the tuning problem's landscape: make test-slow (CI's 10-minute make test)
 def test_relaxed_objective_tends_to_the_exact_one_within_the_soft_max_bias(problem, relaxed, landscape):
     s = collide_gc.CollideGcSettings()
     cfg = s.config()
@@ -115,6 +120,7 @@ def test_relaxed_objective_tends_to_the_exact_one_within_the_soft_max_bias(probl
     assert gaps[0] > gaps[1] > gaps[2], gaps  # t · logsumexp(x / t) increases with t
 
 
+@pytest.mark.slow  # the tuning problem's landscape: make test-slow (CI's 10-minute make test)
 def test_gradient_pathwise_is_zero_and_lattice_interpolation_follows_the_exact_slope(relaxed, landscape):
     # G is discrete: d objective / d G through the simulation is exactly zero (rounding, integer
     # loads); reverse mode (the problem's reverse_mode = True) runs through the scan and says so.

@@ -70,6 +70,7 @@ def test_common_random_numbers_and_the_grid_equal_point_evaluations(problem, gri
     assert evaluate(problem, grid.points[5], 1) != evaluate(problem, grid.points[5], 0)  # another seed, other draws
 
 
+@pytest.mark.slow  # the tuning problem's landscape: make test-slow (CI's 10-minute make test)
 def test_default_tune_meets_the_grid_within_two_percent_on_a_fifth_of_its_evaluations(problem, grid):
     assert grid.best_knobs["group_size"] == 8 and 0 < grid.best_knobs["offload_fraction"] < 0.25  # interior
     r = tune(problem, grid=grid)

@@ -95,12 +95,14 @@ def engine():
     return rows
 
 
+@pytest.mark.slow  # the tuning problem's landscape: make test-slow (CI's 10-minute make test)
 def test_exact_objective_is_minus_the_engines_throughput(exact, engine):
     _, extra = exact
     assert -extra[2] == pytest.approx(engine[0][0], rel=2e-6)
     assert -extra[5] == pytest.approx(engine[1][0], rel=2e-6)
 
 
+@pytest.mark.slow  # the tuning problem's landscape: make test-slow (CI's 10-minute make test)
 def test_balanced_split_is_at_least_every_fixed_split(exact, engine):
     """balanced_split = 1 minimises every layer's max(T_Direct, T_Relay) over whole experts, and the
     fixed batch's schedule does not depend on times, so no fixed split serves faster."""
@@ -111,6 +113,7 @@ def test_balanced_split_is_at_least_every_fixed_split(exact, engine):
     assert balanced[0] == pytest.approx(-grid[:, column].min(), rel=5e-3)  # the grid's best split is as good
 
 
+@pytest.mark.slow  # the tuning problem's landscape: make test-slow (CI's 10-minute make test)
 def test_landscape_has_an_interior_optimum_in_the_split(exact):
     """All-Direct and all-Relay each leave one path idle: the best split is inside, near the middle."""
     grid, _ = exact
@@ -120,12 +123,14 @@ def test_landscape_has_an_interior_optimum_in_the_split(exact):
     assert grid.min() < 0.8 * min(grid[0].min(), grid[-1].min())  # at least 25 % above either end
 
 
+@pytest.mark.slow  # the tuning problem's landscape: make test-slow (CI's 10-minute make test)
 def test_common_random_numbers_budget_above_peak_decode_kv_changes_nothing(exact):
     """A budget at or above the batch's peak decode KV never writes back: bit-identical objectives."""
     _, extra = exact
     assert extra[3] == extra[4]
 
 
+@pytest.mark.slow  # the tuning problem's landscape: make test-slow (CI's 10-minute make test)
 def test_vmap_equals_point_by_point(exact):
     """The grid's vmapped value at (SLOPE_AT, MID_GB) equals the objective called on that point alone."""
     grid, _ = exact
@@ -136,6 +141,7 @@ def test_vmap_equals_point_by_point(exact):
     assert got == pytest.approx(grid[relay.index(SLOPE_AT), column], rel=1e-6)
 
 
+@pytest.mark.slow  # the tuning problem's landscape: make test-slow (CI's 10-minute make test)
 def test_relaxed_tends_to_exact_within_the_stated_bias(exact, relaxed, engine):
     """0 <= relaxed − exact <= throughput × δ / busy with δ = 2·t·log 2 per MoE layer and pass (module
     docstring), and the gap shrinks with the temperature."""
@@ -151,6 +157,7 @@ def test_relaxed_tends_to_exact_within_the_stated_bias(exact, relaxed, engine):
     assert abs(gaps[2]) <= 1e-6 * thr  # at 0.2 µs the soft maxima are the maxima to float32
 
 
+@pytest.mark.slow  # the tuning problem's landscape: make test-slow (CI's 10-minute make test)
 def test_relaxed_derivative_matches_a_central_difference_of_the_exact_objective(exact, relaxed):
     _, extra = exact
     _, deriv = relaxed

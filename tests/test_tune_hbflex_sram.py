@@ -90,6 +90,7 @@ def test_the_grid_is_the_simplex_and_bad_settings_are_refused():
     assert not problem().reverse_mode and not problem().minimise
 
 
+@pytest.mark.slow  # the tuning problem's landscape: make test-slow (CI's 10-minute make test)
 def test_the_exact_objective_is_the_engines_throughput_point_by_point():
     o = engine_runs()
     vals = exact_values()
@@ -117,6 +118,7 @@ def test_the_draws_do_not_depend_on_the_split():
     assert exact_values(SEED + 1)[0] != vals[0]
 
 
+@pytest.mark.slow  # the tuning problem's landscape: make test-slow (CI's 10-minute make test)
 def test_relaxed_tends_to_exact_as_the_temperature_falls():
     f = relaxed()
     exact = exact_values()[0]
