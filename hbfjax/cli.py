@@ -61,8 +61,9 @@ def _trace_error() -> tuple[type, ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one subcommand. A ``ConfigError`` or ``TraceError`` (a bad option, config or trace) is one
-    line on stderr and exit status 2, with nothing on stdout; any other exception is a bug and
+    """Run one subcommand. A ``UsageError``, ``ConfigError`` or ``TraceError`` (a bad option, config, file
+    or trace; the files a command reads and writes are checked before its work, ``commands._common``)
+    is one line on stderr and exit status 2, with nothing on stdout; any other exception is a bug and
     propagates with its traceback."""
     try:
         args = build_parser().parse_args(argv)
@@ -71,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
+    except UsageError as err:  # a subcommand that parses more of its command line (sweep's target options)
+        print(f"hbfjax {args.command}: error: {err}", file=sys.stderr)
+        return 2
     except (ConfigError, *_trace_error()) as err:
         print(f"hbfjax {args.command}: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2

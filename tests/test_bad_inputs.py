@@ -230,3 +230,60 @@ def test_unexpected_exceptions_are_not_swallowed(monkeypatch):
     monkeypatch.setattr(collide, "_read", lambda *a: (_ for _ in ()).throw(ValueError("a bug")))
     with pytest.raises(ValueError, match="a bug"):
         main(["collide", "--planes", "8", "--pages", "8", "--streams", "2"])
+
+
+# --- the serving level's files and sub-parsers (issue 27): one line, exit 2, before any work ----------
+
+@pytest.fixture()
+def files(tmp_path):
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "binary.csv").write_bytes(b"\xff\xfe\x00not text")
+    (tmp_path / "grid.toml").write_text('command = "gc"\nfixed = 3\n[vary]\ngc-trigger-used = [0.8]\n')
+    return tmp_path
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["serve", "--system", "dash", "--profile-table", "{d}/missing.csv"], "--profile-table {d}/missing.csv: no such file"),
+    (["serve", "--system", "dash", "--profile-table", "{d}/folder"], "--profile-table {d}/folder: is a folder"),
+    (["serve", "--system", "dash", "--profile-table", "{d}/binary.csv"], "--profile-table {d}/binary.csv: not UTF-8"),
+    (["sweep", "gc", "--vary", "gc-trigger-used=0.8", "--out", "{d}/missing/t.csv"], "the folder {d}/missing does not exist"),
+    (["sweep", "gc", "--vary", "gc-trigger-used=0.8", "--out", "{d}/folder"], "--out {d}/folder: is a folder"),
+    (["sweep", "gc", "--vary", "gc-trigger-used=0.8", "--nosuch", "3", "--out", "{d}/t.csv"], "unrecognized arguments: --nosuch"),
+    (["sweep", "--grid", "{d}/grid.toml", "gc", "--out", "{d}/t.csv"], "fixed = 3: must be a table"),
+    (["sweep", "serve", "--capacity", "--capacity-rates", "", "--slo", "p90_ttft_s<=2", "--out", "{d}/t.csv"],
+     "--capacity-rates values ''"),
+    (["plot", "{d}/missing.csv", "--x", "a", "--y", "b", "--out", "{d}/p.png"], "TABLE {d}/missing.csv: no such file"),
+    (["plot", "{d}/binary.csv", "--x", "a", "--y", "b", "--out", "{d}/p.png"], "TABLE {d}/binary.csv: not UTF-8"),
+    (["profile", "--quick", "--out", "{d}/missing/p.csv"], "the folder {d}/missing does not exist"),
+    (["profile", "--quick", "--out", "{d}/folder"], "--out {d}/folder: is a folder"),
+])
+def test_serving_level_files_and_options_are_refused_in_one_line(capsys, files, argv, says):
+    err = _err(capsys, [a.format(d=files) for a in argv])
+    assert says.format(d=files) in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def _sweep_table(path, sweep_id: str, rows: int = 2) -> None:
+    from hbfjax.sweep.table import ResultTable
+
+    table = ResultTable(path, sweep_id).open()
+    table.append([{"row_kind": "point", "point": i, "key": f'{{"x":"{i}"}}', "x": i, "status": "ok"}
+                  for i in range(rows)])
+
+
+def test_a_table_that_cannot_be_resumed_is_refused_and_a_cut_last_line_repaired(tmp_path):
+    from hbfjax.sweep.table import ResultTable
+
+    path = tmp_path / "t.csv"
+    _sweep_table(path, "s1")
+    whole = path.read_bytes()
+    path.write_bytes(whole + b'"s1",point,2,"{""x')  # killed inside a write: the partial last line is cut
+    assert ResultTable(path, "s1").open().done("point") == {'{"x":"0"}', '{"x":"1"}'} and path.read_bytes() == whole
+    lines = whole.split(b"\n")
+    for garbled, says in ((whole + b"\xff\xfe\n", "not UTF-8"),
+                          (b"\n".join([lines[0], lines[1][:25], *lines[2:]]), "cannot be resumed"),  # cut inside
+                          (whole.replace(b"point,1", b"pt,1"), "not a sweep row"),
+                          (whole, "another sweep")):
+        path.write_bytes(garbled)
+        with pytest.raises(ConfigError, match=says):
+            ResultTable(path, "s1" if says != "another sweep" else "s2").open()
+        assert path.read_bytes() == garbled  # refused, never half-read or rewritten

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import codecs
 import contextlib
 import json
+import os
+from pathlib import Path
 
 from hbfjax.hardware import PRESETS, preset
 from hbfjax.validate import SEED_MAX, ConfigError, number
@@ -98,3 +101,47 @@ def emit(result: dict, as_json: bool) -> None:
         col = [max(len(row[i]) for row in cells) for i in range(len(columns))]
         for key, row in zip(keys, cells):
             print(f"{key:<{width}}  " + "  ".join(f"{v:>{w}}" for v, w in zip(row, col)).rstrip())
+
+
+def input_file(option: str, path) -> str:
+    """``path``, once it names a file that can be read; else a ``ConfigError`` naming ``option``."""
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"{option} {path}: no such file")
+    if p.is_dir():
+        raise ConfigError(f"{option} {path}: is a folder; name a file")
+    if not os.access(p, os.R_OK):
+        raise ConfigError(f"{option} {path}: cannot be read (permission denied)")
+    return str(path)
+
+
+def text_file(option: str, path) -> str:
+    """:func:`input_file` that is also UTF-8 text throughout (read once in 1 MiB pieces: for the small
+    tables and grids a command reads, not for traces)."""
+    input_file(option, path)
+    decoder, offset = codecs.getincrementaldecoder("utf-8")(), 0
+    try:
+        with open(path, "rb") as fh:
+            while piece := fh.read(1 << 20):
+                decoder.decode(piece)
+                offset += len(piece)
+            decoder.decode(b"", final=True)
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{option} {path}: not UTF-8 text (byte {err.object[err.start:err.start + 1]!r} near "
+                          f"offset {offset + err.start}); is it the file you meant?") from None
+    return str(path)
+
+
+def output_file(option: str, path) -> str:
+    """``path``, once a file can be written there (its folder exists and is writable, it is not a
+    folder); else a ``ConfigError`` naming ``option``: checked before a command's work, so that a long
+    run never fails at its end for want of a place to write."""
+    p = Path(path)
+    folder = p.parent
+    if p.is_dir():
+        raise ConfigError(f"{option} {path}: is a folder; name a file in it")
+    if not folder.is_dir():
+        raise ConfigError(f"{option} {path}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise ConfigError(f"{option} {path}: cannot be written (permission denied)")
+    return str(path)

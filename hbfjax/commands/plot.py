@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from hbfjax.validate import ConfigError
+from hbfjax.commands._common import output_file, text_file
 
 HELP = """\
 Draw a metric of a sweep table against one of its columns, one line per --hue value and one panel per
@@ -35,7 +36,8 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from hbfjax.sweep import plot as sweep_plot
 
-    table = sweep_plot.read(args.table, args.kind)
+    table = sweep_plot.read(text_file("TABLE", args.table), args.kind)
+    output_file("--out", args.out)
     fig = sweep_plot.plot(table, args.x, args.y, args.hue, args.col, args.logx, args.logy, args.title)
     try:
         fig.savefig(args.out, dpi=150)

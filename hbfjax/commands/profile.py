@@ -7,7 +7,7 @@ import argparse
 import time
 
 from hbfjax.commands import _choices as names
-from hbfjax.commands._common import emit
+from hbfjax.commands._common import emit, output_file
 from hbfjax.validate import ConfigError, number
 
 HELP = "time GPU operator shapes with JAX and write the measured-latency CSV"
@@ -67,6 +67,7 @@ def run(args) -> int:
 
     from hbfjax.workload import profile_table, profiler
 
+    output_file("--out", args.out)
     shapes = _shapes(args)
     tokens = profiler.QUICK_TOKENS if args.quick else profiler.TOKENS
     contexts = profiler.QUICK_CONTEXTS if args.quick else profiler.CONTEXTS

@@ -8,7 +8,7 @@ import argparse
 import dataclasses
 import sys
 
-from hbfjax.commands._common import add_common_args, emit
+from hbfjax.commands._common import add_common_args, emit, text_file
 from hbfjax.commands import _choices as names
 from hbfjax.validate import ConfigError, number
 
@@ -235,7 +235,8 @@ def scenario(args):
                                             ("t_read_us", args.t_read_us), ("t_prog_us", args.t_prog_us))
                         if v is not None)
     slo = None if args.slo_ttft_s is None and args.slo_tpot_ms is None else metrics.Slo(args.slo_ttft_s, args.slo_tpot_ms)
-    table = None if args.profile_table is None else profile_table.ProfileTable.read(args.profile_table).curves()
+    table = None if args.profile_table is None else profile_table.ProfileTable.read(
+        text_file("--profile-table", args.profile_table)).curves()
     common = dict(gpu=args.gpu, mode=args.mode, chunk_tokens=args.chunk_tokens, token_budget=args.token_budget,
                   routing=args.routing, slo=slo, org_changes=org_changes,
                   hbm_kv_budget_bytes=None if args.hbm_kv_budget_gb is None else args.hbm_kv_budget_gb * 1e9,

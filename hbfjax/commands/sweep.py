@@ -9,7 +9,7 @@ import sys
 import time
 
 from hbfjax import cluster as clusters
-from hbfjax.commands._common import emit
+from hbfjax.commands._common import emit, output_file
 from hbfjax.validate import ConfigError, number
 
 SWEEPABLE = ("collide", "gc", "serve", "tune", "writeback")  # the subcommands with a compute(args)
@@ -148,6 +148,7 @@ def run(args) -> int:
 
     if own.out is None:
         raise ConfigError("--out: give the CSV table to write (or to resume)")
+    output_file("--out", own.out)
     command = args.target
     parser = target_parser(command)
     target = _target(command, parser)
@@ -236,7 +237,7 @@ def _search(own, command, fixed, axes) -> cap.Search | None:
     if own.capacity_rates is None:
         raise ConfigError("--capacity: give the first round's rates, e.g. --capacity-rates 0.25,0.5,1,2")
     rates = []
-    for text in grid.split_values(own.capacity_rates):
+    for text in grid.split_values(own.capacity_rates, "--capacity-rates"):
         try:
             rate = float(text)
         except ValueError:

@@ -54,13 +54,14 @@ def _action(parser, name: str) -> argparse.Action:
     return actions[dest]
 
 
-def split_values(text: str) -> tuple[str, ...]:
+def split_values(text: str, option: str = "--vary") -> tuple[str, ...]:
     """``V1,V2,...``; with a ``|`` the values are split on ``|`` instead, for values holding commas, and
-    a value may then be empty (``disable=|placement,writeback``: nothing disabled, then two)."""
+    a value may then be empty (``disable=|placement,writeback``: nothing disabled, then two). An empty
+    value without a ``|`` is refused, naming ``option``."""
     bars = "|" in text
     parts = tuple(v.strip() for v in text.split("|" if bars else ","))
     if not bars and any(v == "" for v in parts):
-        raise ConfigError(f"--vary values {text!r}: a value is empty (split on | to give an empty value)")
+        raise ConfigError(f"{option} values {text!r}: a value is empty (split on | to give an empty value)")
     return parts
 
 
@@ -88,6 +89,9 @@ def read_grid_file(path: str) -> tuple[str | None, list[str], dict[str, list[str
     unknown = set(grid) - {"command", "fixed", "vary"}
     if unknown:
         raise ConfigError(f"--grid {path}: unknown keys {sorted(unknown)}; a grid has command, [fixed] and [vary]")
+    for key in ("fixed", "vary"):
+        if not isinstance(grid.get(key, {}), dict):
+            raise ConfigError(f"--grid {path}: {key} = {grid[key]!r}: must be a table ([{key}] with one option a line)")
     fixed = []
     for name, value in grid.get("fixed", {}).items():
         flag = "--" + name.replace("_", "-")

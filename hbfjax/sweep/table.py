@@ -20,6 +20,7 @@ from pathlib import Path
 from hbfjax.validate import ConfigError
 
 FIRST_COLUMNS = ("sweep_id", "row_kind", "point", "key")
+ROW_KINDS = ("point", "stream", "probe", "capacity")  # what a sweep writes (runner, capacity)
 
 
 def flatten(result: dict, prefix: str = "") -> dict:
@@ -73,12 +74,17 @@ class ResultTable:
             with open(self.path, "r+b") as fh:
                 fh.truncate(len(data))
                 os.fsync(fh.fileno())
-        reader = csv.DictReader(io.StringIO(data.decode("utf-8")))
-        self.columns = list(reader.fieldnames or [])
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise ConfigError(f"--out {self.path}: not UTF-8 text (byte {data[err.start:err.start + 1]!r} at offset "
+                              f"{err.start}): garbled, so it cannot be resumed; move it away or delete it") from None
+        reader = csv.reader(io.StringIO(text))
+        self.columns = next(reader, [])
         if self.columns[: len(FIRST_COLUMNS)] != list(FIRST_COLUMNS):
             raise ConfigError(f"--out {self.path}: not a sweep table (its first columns are {self.columns[:4]}); "
                               "choose another file")
-        for row in reader:
+        for row in self._records(reader):
             if row["sweep_id"] != self.sweep_id:
                 raise ConfigError(f"--out {self.path}: holds the rows of another sweep (sweep_id {row['sweep_id']}, "
                                   f"this one is {self.sweep_id}: another subcommand, fixed options or axes, or another "
@@ -88,6 +94,24 @@ class ResultTable:
             self.rows = {k: r for k, r in self.rows.items() if r.get("status") != "failed"}
             self._rewrite(self.columns)
         return self
+
+    def _records(self, reader):
+        """The rows as dicts, each checked whole: as many cells as the header and a key that is a point's
+        JSON (a row cut inside, or bytes that are not this table's, would be read as some other row)."""
+        for cells in reader:
+            where = f"--out {self.path}: line {reader.line_num}"
+            if len(cells) != len(self.columns):
+                raise ConfigError(f"{where}: {len(cells)} cells under a header of {len(self.columns)} (a row cut "
+                                  "inside, or edited): the table cannot be resumed; move it away or delete it")
+            row = dict(zip(self.columns, cells))
+            try:
+                ok = isinstance(json.loads(row["key"]), dict) and row["row_kind"] in ROW_KINDS
+            except ValueError:
+                ok = False
+            if not ok:
+                raise ConfigError(f"{where}: row_kind {row['row_kind']!r}, key {row['key']!r} are not a sweep row's: "
+                                  "the table cannot be resumed; move it away or delete it")
+            yield row
 
     def done(self, row_kind: str) -> set[str]:
         return {key for kind, key in self.rows if kind == row_kind}
