@@ -287,3 +287,27 @@ def test_a_table_that_cannot_be_resumed_is_refused_and_a_cut_last_line_repaired(
         with pytest.raises(ConfigError, match=says):
             ResultTable(path, "s1" if says != "another sweep" else "s2").open()
         assert path.read_bytes() == garbled  # refused, never half-read or rewritten
+
+
+SERVING = ("serve", "profile", "tune", "sweep", "models")
+SERVING_CASES = [(c, f, v) for c in SERVING for f, t in numeric_options(c) for v in bad_values(t.kind, t.hi)
+                 if not _legal(t, v)]
+
+
+def test_the_serving_battery_covers_every_numeric_option():
+    flags = {c: {f for f, _ in numeric_options(c)} for c in SERVING}
+    assert {"--kv-room-gb", "--tasks", "--think-s", "--slots", "--rate", "--cores"} <= flags["serve"]
+    assert {"--points-per-call", "--refine-rounds"} <= flags["sweep"] and "--repeats" in flags["profile"]
+    assert {f for _, f, _ in SERVING_CASES} == set().union(*flags.values())  # every option has a refused value
+    assert len(SERVING_CASES) > 150
+
+
+@pytest.mark.parametrize("command,flag,value", SERVING_CASES, ids=[f"{c}{f}={v}" for c, f, v in SERVING_CASES])
+def test_a_serving_level_value_out_of_range_is_one_line_naming_its_option(command, flag, value, capsys):
+    """The values each option's type refuses (a value it accepts would simulate: the pins above and
+    tests/test_cli_serve.py hold those): refused by the parser, before any work."""
+    argv = [command, "gc", flag, value] if command == "sweep" else [command, flag, value]
+    rc = main(argv)
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert rc == 2 and out == "" and len(lines) == 1 and flag in lines[0] and "Traceback" not in err, err

@@ -196,3 +196,7 @@ def test_serve_hbflex_organisations_report_the_hbf_keys_and_refuse_bad_options(c
     assert off["write_stall_us_per_iteration"] > 0
     assert main(args[:-1] + ["--disable", "magic"]) == 2
     assert "--disable 'magic': must be among" in capsys.readouterr().err
+    tiny = [a if a != "1" else "0.00001" for a in args]  # 10 KB: no request's KV fits (the room is a knob: no compile)
+    assert main(tiny) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "--kv-room-gb 1e-05: hbflex, naive-hbf overflowed" in err

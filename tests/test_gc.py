@@ -177,6 +177,7 @@ SMALL = ow.OverwriteConfig(blocks=gc.BlockConfig(n_blocks=16, pages_per_block=8,
                            logical_pages=90, chunk_pages=8, warmup_chunks=1, measure_chunks=2)
 
 
+@pytest.mark.slow  # a statistical or eager-mode check of 20-40 worker-seconds: make test-slow
 def test_jit_equals_eager_on_a_small_case():
     # One amortised GC round (victim search, batched migration, erase) with random victims on a
     # state that needs it; eager op-by-op and jitted must agree bit for bit.

@@ -5,6 +5,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from hbfjax import batch
 from hbfjax.flash.erase import gc, kv_lifetimes as kv
@@ -60,6 +61,7 @@ def test_deterministic_lifetimes_give_waf_one():
     assert (out.migrated_pages == 0).all() and (_waf(out) == 1.0).all()
 
 
+@pytest.mark.slow  # a statistical or eager-mode check of 20-40 worker-seconds: make test-slow
 def test_lifetime_packing_lowers_waf_versus_interleaved_on_the_same_random_numbers():
     # Lognormal lifetimes (σ = 0.3): requests that start together end together, so labelling by start
     # time packs co-dying pages. Same seed and streams = the same requests in every run (paired).

@@ -129,6 +129,7 @@ def test_bad_serve_config_is_refused():
                                hbm_kv_budget_bytes=-1)
 
 
+@pytest.mark.slow  # a statistical or eager-mode check of 20-40 worker-seconds: make test-slow
 def test_drawing_distinct_counts_matches_drawing_every_token_in_distribution():
     # same requests, routing drawn two ways: the mean E2E over streams agrees within Z = 4.5 two-sample SEs
     import dataclasses

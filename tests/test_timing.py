@@ -362,6 +362,7 @@ def test_model_times_of_a_preset_is_its_layers_by_kind_plus_the_head(name):
     assert times.segment_us.shape == (spec.layers, len(OPS))
 
 
+@pytest.mark.slow  # a statistical or eager-mode check of 20-40 worker-seconds: make test-slow
 def test_even_rows_cost_what_the_rows_they_stand_for_cost():
     """timing.EvenRows (count routing's compact form) against the explicit rows count_routing builds, on the
     roofline and on a measured table: every field equal."""

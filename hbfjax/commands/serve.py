@@ -378,6 +378,11 @@ def compute(args) -> dict:
     for family in families:
         by_name.update(run_family(family, args.streams, args.seed, chunk_streams=args.chunk_streams,
                                   progress=args.chunk_streams is not None))
+    overflowed = [name for name in args.system if by_name[name].get("overflow")]
+    if overflowed and args.kv_room_gb is not None:  # the likeliest cause is the room the user set
+        raise ConfigError(f"--kv-room-gb {args.kv_room_gb}: {', '.join(overflowed)} overflowed (a request needs "
+                          "more KV than the room holds, or the run ran out of iterations): give a room above the "
+                          "longest request's prompt + output tokens of KV")
     return assemble(header, by_name, args.system)
 
 

@@ -370,8 +370,8 @@ class SampledPlanes:
     stripe over the session's plane group (group and offset from the engine's hashes, the count
     computed here) or a Poisson count per plane (inverse CDF, a rounded normal above
     ``plane_store.POISSON_EXACT_MEAN``, from the engine's uniforms, in float32 as it sums) — each
-    plane a :class:`BlockStore` counting pages as its bytes (``plane_store.plane_knobs``: one byte a page),
-    so the pages a plane cannot take wait in its pending bytes."""
+    plane a :class:`BlockStore` counting pages as its bytes (``PlaneStoreKnobs.blocks``: one byte a
+    page), so the pages a plane cannot take wait in its pending bytes."""
 
     def __init__(self, sc, sk, root_start_us: list, words: tuple):
         f = np.float32
@@ -379,10 +379,8 @@ class SampledPlanes:
         self.bpp, self.n = f(sk.page_bytes), f(sk.package_planes)
         self.grouped = float(np.asarray(sk.grouped)) > 0.5
         self.g = max(int(np.round(float(np.asarray(sk.group_size)))), 1)
-        self.aware, self.interval = float(np.asarray(sk.blocks.lifetime_aware)) > 0.5, f(sk.blocks.label_interval_us)
-        self.c = sc.n_labels
-        self.label = [self.label_of(t) for t in root_start_us]
         self.planes = [BlockStore(sc.plane, sk.blocks, root_start_us) for _ in range(self.np)]
+        self.label, self.label_of = self.planes[0].label, self.planes[0].label_of
         for plane in self.planes:
             plane.label = self.label  # one list: a closed loop sets a root's label on every plane
         self.pending, self.written = [f(0.0)] * self.r, [0] * self.r
@@ -397,12 +395,6 @@ class SampledPlanes:
         self._hashes = jax.jit(lambda call: (rng.uniform01(h(plane_store.StoreSalt.PLANE_PAGES, call, plane, sess)),
                                              rng.normal(h(plane_store.StoreSalt.PLANE_PAGES, call, plane, sess),
                                                         h(plane_store.StoreSalt.PLANE_NORMAL, call, plane, sess))))
-
-    def label_of(self, root_start_us) -> int:
-        """The lifetime label of a session root's start (float32 µs, as ``kv_blocks.lifetime_label``)."""
-        if not self.aware or not np.isfinite(root_start_us):
-            return 0
-        return int(np.floor(np.float32(root_start_us) / self.interval)) % self.c
 
     @staticmethod
     def _poisson(u: float, z: float, mean) -> int:

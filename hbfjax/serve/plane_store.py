@@ -36,9 +36,9 @@ import jax.numpy as jnp
 
 from hbfjax import rng
 from hbfjax.clock import Clock
+from hbfjax.flash.erase import gc
 from hbfjax.serve import kv_blocks
 from hbfjax.validate import require, require_int
-
 
 
 class StoreSalt:
@@ -200,9 +200,11 @@ def invalidate(state: PlaneStore, evicted: jax.Array, config: PlaneStoreConfig) 
 
 
 def gc_due(state: PlaneStore, knobs: PlaneStoreKnobs, config: PlaneStoreConfig) -> jax.Array:
-    """bool[]: a sampled plane's used pages exceed the GC trigger (kv_blocks.used_fraction)."""
-    used = jax.vmap(lambda st: kv_blocks.used_fraction(st, config.plane))(state.planes)
-    return (used > knobs.blocks.gc_trigger).any()
+    """bool[]: a sampled plane's used pages exceed the GC trigger (the very test ``kv_blocks.collect``
+    makes, ``gc.gc_target_pages``, so a plane it would collect is never skipped)."""
+    kb, bc = knobs.blocks, config.plane.blocks
+    target = jax.vmap(lambda st: gc.gc_target_pages(st.blocks, kb.gc_trigger, kb.gc_target, bc))(state.planes)
+    return (target > 0).any()
 
 
 def collect(words: tuple, state: PlaneStore, knobs: PlaneStoreKnobs, config: PlaneStoreConfig) -> tuple[PlaneStore, jax.Array]:
@@ -215,13 +217,13 @@ def collect(words: tuple, state: PlaneStore, knobs: PlaneStoreKnobs, config: Pla
     """
     index = jnp.arange(config.planes, dtype=jnp.int32)
 
-    def gc(c):
+    def reclaim(c):
         st, _, _ = c
         planes, moved = jax.vmap(lambda p, j: kv_blocks.collect((*words, j), p, knobs.blocks, config.plane))(
             st.planes, index)
         return st._replace(planes=planes), jnp.bool_(True), moved.sum()
 
-    state, _, moved = jax.lax.while_loop(lambda c: ~c[1] & gc_due(c[0], knobs, config), gc,
+    state, _, moved = jax.lax.while_loop(lambda c: ~c[1] & gc_due(c[0], knobs, config), reclaim,
                                          (state, jnp.bool_(False), jnp.int32(0)))
     return state, moved
 
