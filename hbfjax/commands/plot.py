@@ -29,6 +29,9 @@ def register(subparsers) -> None:
     p.add_argument("--logx", action="store_true", help="logarithmic x axis")
     p.add_argument("--logy", action="store_true", help="logarithmic y axis")
     p.add_argument("--title", default=None, help="figure title")
+    p.add_argument("--pareto", action="store_true",
+                   help="draw the Pareto front of a sweep run with --pareto: y against x for every point, the front "
+                        "joined with its CIs (no --hue or --col)")
     p.add_argument("--out", required=True, metavar="PNG", help="the figure file (PNG, PDF or SVG by its suffix)")
     p.set_defaults(func=run)
 
@@ -38,7 +41,12 @@ def run(args) -> int:
 
     table = sweep_plot.read(text_file("TABLE", args.table), args.kind)
     output_file("--out", args.out)
-    fig = sweep_plot.plot(table, args.x, args.y, args.hue, args.col, args.logx, args.logy, args.title)
+    if args.pareto:
+        if args.hue is not None or args.col is not None:
+            raise ConfigError("--pareto: draws one front (no --hue or --col)")
+        fig = sweep_plot.pareto_plot(table, args.x, args.y, args.logx, args.logy, args.title)
+    else:
+        fig = sweep_plot.plot(table, args.x, args.y, args.hue, args.col, args.logx, args.logy, args.title)
     try:
         fig.savefig(args.out, dpi=150)
     except (OSError, ValueError) as err:

@@ -49,7 +49,11 @@ Across hosts: run the same command in every process with --coordinator/--num-pro
 (or JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID); the work is shared round robin and
 process 0 writes the table. Results do not depend on the device or process count.
 
-`hbfjax plot TABLE --x COL --y COL --hue COL` draws a table with its CIs.
+--pareto METRIC:max,METRIC:min (two or more result columns): the points no other point beats on every
+objective are marked in two columns, pareto (by the estimates) and pareto_ci (not surely dominated:
+no other point better on every objective by more than both 95 % half-widths); see hbfjax.sweep.pareto.
+
+`hbfjax plot TABLE --x COL --y COL --hue COL` draws a table with its CIs; `--pareto` draws the front.
 """
 
 
@@ -75,6 +79,10 @@ def _sweep_options(p) -> None:
     g.add_argument("--retry-failed", action="store_true", help="run the table's failed rows again")
     g.add_argument("--per-stream", action="store_true",
                    help="serve: after each point's row, one row per stream (row_kind stream) of its request metrics")
+    g.add_argument("--pareto", default=None, metavar="METRIC:max,METRIC:min",
+                   help="mark the non-dominated points over these objectives (two or more): columns pareto (by "
+                        "the estimates) and pareto_ci (not surely dominated given the 95 %% CIs); see hbfjax plot "
+                        "--pareto")
     g.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     g.add_argument("--json", action="store_true", help="the closing summary as one JSON object")
     c = p.add_argument_group("capacity search (serve)")
@@ -144,7 +152,7 @@ def run(args) -> int:
         return 0
     import jax  # here, not above: the help needs neither JAX nor the sweep machinery
 
-    from hbfjax.sweep import grid, runner
+    from hbfjax.sweep import grid, pareto, runner
 
     if own.out is None:
         raise ConfigError("--out: give the CSV table to write (or to resume)")
@@ -158,6 +166,9 @@ def run(args) -> int:
     if own.per_stream and (command != "serve" or search is not None):
         raise ConfigError("--per-stream: applies to a serve sweep (not to --capacity or to " + command + ")"
                           if command == "serve" else f"--per-stream: applies to a serve sweep, not to {command}")
+    if own.pareto is not None and search is not None:
+        raise ConfigError("--pareto: marks the points of a plain sweep, not a --capacity search's rows")
+    objectives = None if own.pareto is None else pareto.parse(own.pareto)
     points = grid.points(parser, fixed, axes)
     base = runner.config_of(parser.parse_args(list(fixed)))
     for axis in axes:
@@ -177,11 +188,23 @@ def run(args) -> int:
         clusters.close(cluster)
     if not cluster.is_leader:
         return 0
+    if objectives is not None:
+        summary["pareto_points"] = _mark_pareto(table, objectives)
     rows = [r for r in table.rows.values() if r["row_kind"] in ("point", "capacity")]
     failed = sum(r.get("status") == "failed" for r in rows)
     emit({"out": own.out, "sweep_id": sid, "points": len(points), **summary, "failed_rows": failed,
           "seconds": round(time.perf_counter() - t0, 3)}, own.json)
     return 1 if failed else 0
+
+
+def _mark_pareto(table, objectives) -> int:
+    """The table's point rows given their ``pareto`` and ``pareto_ci`` columns; the size of the front."""
+    from hbfjax.sweep import pareto
+
+    where = [k for k in table.rows if k[0] == "point"]
+    marks = pareto.mark([table.rows[k] for k in where], objectives)
+    table.set_cells({where[i]: m for i, m in marks.items()})
+    return sum(m["pareto"] for m in marks.values())
 
 
 def _target(command: str, parser) -> runner.Target:

@@ -77,3 +77,34 @@ def plot(table: pd.DataFrame, x: str, y: str, hue: str | None = None, col: str |
         axes[0][-1].legend(title=hue, fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def pareto_plot(table: pd.DataFrame, x: str, y: str, logx: bool = False, logy: bool = False,
+                title: str | None = None) -> plt.Figure:
+    """``y`` against ``x`` for every point: the front (``pareto``) joined in ``x`` order with its CIs, the
+    points the CIs cannot tell from it (``pareto_ci`` only) hollow, the dominated ones grey."""
+    for column, role in ((x, "x"), (y, "y")):
+        _require(table, column, role)
+    if "pareto" not in table or "pareto_ci" not in table:
+        raise ConfigError("--pareto: the table has no pareto column; run the sweep with --pareto METRIC:max,METRIC:min")
+    flag = lambda c: table[c].astype(str).str.lower() == "true"  # noqa: E731
+    front, near = flag("pareto"), flag("pareto_ci") & ~flag("pareto")
+    sns.set_theme(style="whitegrid")
+    fig, ax = plt.subplots(figsize=(5.2, 4.0))
+    err = lambda rows, c: rows[f"ci95_{c}"].to_numpy(float) if f"ci95_{c}" in rows else None  # noqa: E731
+    rest = table[~front & ~near]
+    ax.scatter(rest[x], rest[y], color="0.7", label="dominated")
+    ax.scatter(table[near][x], table[near][y], facecolors="none", edgecolors="C0", label="within the CIs of the front")
+    line = table[front].sort_values(x)
+    ax.errorbar(line[x], line[y], xerr=err(line, x), yerr=err(line, y), marker="o", capsize=3, color="C0",
+                label="Pareto front")
+    if logx:
+        ax.set_xscale("log")
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    ax.set_title(title or f"Pareto front: {front.sum()} of {len(table)} points", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -140,6 +140,14 @@ class ResultTable:
         for r in rows:
             self.rows[r["row_kind"], r["key"]] = r
 
+    def set_cells(self, cells: dict[tuple[str, str], dict]) -> None:
+        """Give rows (by row kind and key) the values of ``cells``' columns (new columns appended, other
+        rows empty there) and rewrite the table once."""
+        for where, values in cells.items():
+            self.rows[where] = {**self.rows[where], **values}
+        new = [c for values in cells.values() for c in values if c not in self.columns]
+        self._rewrite(list(self.columns) + list(dict.fromkeys(new)))
+
     def _rewrite(self, columns: list[str]) -> None:
         tmp = self.path.with_name(self.path.name + ".tmp")
         with open(tmp, "w", encoding="utf-8") as fh:
