@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from hbfjax.validate import ConfigError
 from hbfjax.commands._common import output_file, text_file
+from hbfjax.validate import ConfigError
 
 HELP = """\
 Draw a metric of a sweep table against one of its columns, one line per --hue value and one panel per
