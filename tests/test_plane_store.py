@@ -165,10 +165,8 @@ def _sessions(words, knobs, config, pages_per_tick, mean_ticks, warm, ticks, kin
     ``kv_lifetimes.draw_lifetime`` draws a request's) ends, then its pages die and a new session takes its
     place. Returns (WAF over the measured ticks, the host waited in some tick)."""
     r = config.sessions
-    life = functools.partial(kl.draw_lifetime, words, knobs=kl.KvKnobs(
-        mean_lifetime_ticks=jnp.float32(mean_ticks), lifetime_sigma=jnp.float32(0.5), label_ticks=jnp.float32(1.0),
-        evict_used=jnp.float32(1.0), gc_trigger_used=jnp.float32(1.0), gc_target_used=jnp.float32(1.0),
-        group_size=jnp.float32(1.0), read_temperature_pages=jnp.float32(1.0)), kind=kind)
+    lifetimes = kl.KvKnobs.make(kl.KvConfig(n_blocks=BLOCKS, pages_per_block=PAGES), mean_lifetime_ticks=mean_ticks)
+    life = functools.partial(kl.draw_lifetime, words, knobs=lifetimes, kind=kind)
     per_call = jnp.full(r, pages_per_tick, jnp.float32) * knobs.package_planes * knobs.page_bytes
 
     def tick(c, t):

@@ -145,10 +145,14 @@ def poisson(h_u: jax.Array, h_angle: jax.Array, mean: jax.Array) -> jax.Array:
     return jnp.where(mean <= POISSON_EXACT_MEAN, small, large).astype(jnp.int32)
 
 
+def group_size(knobs: PlaneStoreKnobs) -> jax.Array:
+    """int32[] G from the f32 knob (rounded, at least 1)."""
+    return jnp.maximum(jnp.round(knobs.group_size), 1.0).astype(jnp.int32)
+
+
 def groups(knobs: PlaneStoreKnobs) -> jax.Array:
     """int32[] plane groups of the package: ⌊N / G⌋ (at least 1)."""
-    g = jnp.maximum(jnp.round(knobs.group_size), 1.0)
-    return jnp.maximum(jnp.floor(knobs.package_planes / g), 1.0).astype(jnp.int32)
+    return jnp.maximum(jnp.floor(knobs.package_planes / group_size(knobs)), 1.0).astype(jnp.int32)
 
 
 def stripe_pages(first: jax.Array, count: jax.Array, position: jax.Array, group_size: jax.Array) -> jax.Array:
@@ -169,8 +173,7 @@ def placed_pages(words: tuple, new_pages: jax.Array, pages_before: jax.Array, ca
     mean = new_pages.astype(jnp.float32)[None, :] / knobs.package_planes
     random = poisson(h(StoreSalt.PLANE_PAGES, call, plane, session), h(StoreSalt.PLANE_NORMAL, call, plane, session),
                      jnp.broadcast_to(mean, (p, r)))
-    g = jnp.maximum(jnp.round(knobs.group_size), 1.0).astype(jnp.int32)
-    n_groups = groups(knobs)
+    g, n_groups = group_size(knobs), groups(knobs)
     mine = rng.below(h(StoreSalt.GROUP, session), n_groups).astype(jnp.int32) == plane % n_groups  # [P, R]
     offset = rng.below(h(StoreSalt.STRIPE_OFFSET, session), g).astype(jnp.int32)  # [1, R]
     position = jnp.mod((plane // n_groups) % g - offset, g)  # [P, R] which k mod G land on this plane
