@@ -72,3 +72,9 @@ class Salt(IntEnum):
     # erase × reads: plane-group KV reads and the collide-gc tuning problem (kv_lifetimes,
     # hbfjax.tune.problems.collide_gc); 140-144 belong to them
     KV_GROUP_OFFSET = 140  # stripe start plane of a request's KV within its plane group (words: slot, gen)
+    # serving: the sampled planes of the KV block store (hbfjax.serve.plane_store, parts.blocks); 150-159
+    STORE_PLANE_PAGES = 150  # Poisson pages of a session reaching a sampled plane (words: call, plane, session)
+    STORE_PLANE_NORMAL = 151  # its normal approximation's second hash, for large means (same words)
+    STORE_GROUP = 152  # the plane group of a session under plane-group placement (words: session)
+    STORE_STRIPE_OFFSET = 153  # the stripe start of a session's pages within its group (words: session)
+    STORE_PILOT = 154  # the request whose session's group a sampled plane lies in (words: plane)

@@ -76,6 +76,23 @@ def test_immediate_programs_each_request_and_the_chunk_at_once():
     assert buf == 64.0 and out.buffer_peak_bytes == 64.0 and out.forced_writebacks == 0
 
 
+def test_block_first_programs_a_requests_pages_serially_on_its_plane():
+    # the same 8 pages a layer; the largest request's pages serialise on its block's plane: the 19-token
+    # chunk's 5 pages take 5 rounds (random placement: 2); chunks of 10 and 9 tokens: ceil(2.5) = 3 rounds
+    for largest, rounds in ((19, 5), (10, 3), (0, 2)):  # no chunk this large: the 2 rounds of 8 pages on 4 planes
+        state = hw.WriteState(jnp.float32(64.0))
+        _, out = PASS(state, tiny_times(), jnp.int32(3), jnp.int32(19), jnp.int32(3), KV,
+                      knobs("immediate", block_first=1.0), None, jnp.int32(largest))
+        assert out.stall_us.tolist() == [10.0 * rounds] * 2, largest
+        assert out.programmed_pages == 16 and out.program_busy_us == 20.0 * rounds
+    # decode only: one page per request, each on its own plane: one round (random placement: ceil(3/4) = 1)
+    _, out = PASS(hw.WriteState(jnp.float32(0.0)), tiny_times(), jnp.int32(3), jnp.int32(0), jnp.int32(3), KV,
+                  knobs("immediate", block_first=1.0), None, jnp.int32(0))
+    assert out.stall_us.tolist() == [10.0, 10.0]
+    # buffered policies ignore it
+    assert run("window", block_first=1.0)[1].stall_us.tolist() == run("window")[1].stall_us.tolist()
+
+
 def test_immediate_pages_split_tokens_over_requests():
     page = jnp.float32(128.0)
     f = lambda d, r, c: float(hw.immediate_pages(jnp.int32(d), jnp.int32(r), jnp.int32(c), 48.0, page))  # noqa: E731
@@ -199,11 +216,11 @@ def test_deepseek_v4_pro_like_decode_pass_fig18():
 
 # --- an independent plain-Python reference on random inputs -------------------------------------
 
-def reference(buf0, op, dl, dec, chunk, req, kv, k):
+def reference(buf0, op, dl, dec, chunk, req, kv, k, max_chunk=None):
     """The module docstring's model, one layer at a time in Python floats (``hbflex_reference.pass_writes``,
     the plain-Python step of the HBFlex reference), with each layer's window from its operators."""
     windows = [(sum if k["prefetch"] else max)(max(o - d, 0.0) for o, d in zip(ro, rd)) for ro, rd in zip(op, dl)]
-    buf, r = hbflex_reference.pass_writes(buf0, windows, dec, chunk, req, kv, k)
+    buf, r = hbflex_reference.pass_writes(buf0, windows, dec, chunk, req, kv, k, max_chunk)
     return buf, r["stalls_us"], r["pages"], r["busy_us"], r["forced"], r["peak_bytes"], windows
 
 
@@ -230,20 +247,24 @@ def random_cases(n, seed, ordered=False):
         yield buf0, op, dl, dec, chunk, req, kv, knob
 
 
-def run_case(case, policy):
+def run_case(case, policy, max_chunk=None):
     buf0, op, dl, dec, chunk, req, kv, knob = case
-    k = {**knob, "buffered": policy != "immediate", "window_aware": policy == "window"}
-    kn = hw.WriteKnobs.make(buffered=float(k["buffered"]), window_aware=float(k["window_aware"]), **knob)
+    k = {**knob, "buffered": policy not in ("immediate", "block-first"), "window_aware": policy == "window",
+         "block_first": policy == "block-first"}
+    kn = hw.WriteKnobs.make(buffered=float(k["buffered"]), window_aware=float(k["window_aware"]),
+                            block_first=float(k["block_first"]), **knob)
     new, out = PASS(hw.WriteState(jnp.float32(buf0)), layer_times(op, dl), jnp.int32(dec), jnp.int32(chunk),
-                    jnp.int32(req), kv, kn)
+                    jnp.int32(req), kv, kn, None, None if max_chunk is None else jnp.int32(max_chunk))
     return k, float(new.buffer_bytes), jax.tree.map(np.asarray, out)
 
 
-@pytest.mark.parametrize("policy", ["immediate", "stripe", "window"])
+@pytest.mark.parametrize("policy", ["immediate", "block-first", "stripe", "window"])
 def test_matches_plain_python_reference(policy):
-    for case in random_cases(40, seed={"immediate": 1, "stripe": 2, "window": 3}[policy]):
-        k, buf, out = run_case(case, policy)
-        ref_buf, stall, pages, busy, forced, peak, windows = reference(*case[:-1], k)
+    seed = {"immediate": 1, "stripe": 2, "window": 3, "block-first": 6}[policy]
+    for i, case in enumerate(random_cases(40, seed=seed)):
+        largest = (case[4] * (i % 3)) // 2 if policy == "block-first" else None  # 0, half or all of the chunk
+        k, buf, out = run_case(case, policy, largest)
+        ref_buf, stall, pages, busy, forced, peak, windows = reference(*case[:-1], k, largest)
         assert buf == ref_buf and out.programmed_pages == pages and out.forced_writebacks == forced
         assert out.buffer_peak_bytes == peak and out.window_us.tolist() == windows
         np.testing.assert_allclose(out.stall_us, stall, rtol=1e-5)

@@ -43,7 +43,7 @@ from hbfjax.flash.reads import wave
 from hbfjax.memory import hbf_packages
 from hbfjax.salts import Salt
 from hbfjax.serve import hbflex_reference as href
-from hbfjax.serve import engine, kv_blocks, kv_cache, parts
+from hbfjax.serve import engine, kv_blocks, kv_cache, parts, plane_store
 from hbfjax.serve.parts.blocks import BlocksConfig
 from hbfjax.serve.parts.reads import read_laws
 from hbfjax.serve.state import BatcherConfig, BatcherKnobs
@@ -55,7 +55,7 @@ DEPTH = 16  # tests/test_serve_reference.py
 WAVE_DEPTH, GC_DEPTH = 11, 6
 CLOCK_US = 2.0**-5
 SEED = 5
-POLICIES = ("hbflex", "naive-hbf", "fa-cli")
+POLICIES = ("hbflex", "naive-hbf", "fa-cli", "naive-block")
 ROOM_TOKENS, SLOTS, CHUNK, SCAN_CHUNK = 1000, 4, 32, 4
 
 
@@ -89,11 +89,12 @@ def case():
                                 requests=rq.RequestsConfig(requests=n, arrivals="trace", replay="offset"),
                                 max_pass_tokens=engine.pass_token_bound(SLOTS, CHUNK, 2 * CHUNK),
                                 max_iterations=3000, scan_chunk=SCAN_CHUNK, parts=parts.ORDER,
-                                blocks=BlocksConfig(blocks=32, pages_per_block=4, n_labels=2,
-                                                    block_writes_per_chunk=16))
+                                blocks=BlocksConfig(planes=4, blocks_per_plane=32, pages_per_block=4, n_labels=2,
+                                                    plane_writes_per_chunk=16))
     knobs = []
     for name in POLICIES:
-        pkg = hbf_packages.package(name)
+        # naive-block on 512-B pages: a chunk's KV of a layer is several pages, which block-first serialises
+        pkg = hbf_packages.package(name, **({"page_bytes": 512.0} if name == "naive-block" else {}))
         policy = dataclasses.replace(pkg.policy, evict_threshold=jnp.float32(0.7), gc_trigger=jnp.float32(0.7))
         knobs.append(engine.ServeKnobs.make(
             pkg.org, timing.GpuKnobs.make("h200"), BatcherKnobs.make(chunk_tokens=CHUNK, token_budget=2 * CHUNK),
@@ -140,22 +141,37 @@ def test_a_closed_loop_equals_the_reference(closed_runs):
         want = np.asarray(getattr(res, name), np.float64)
         have = clock.to_us(clock.Clock(got.s[0, 0], got.us[0, 0]))
         np.testing.assert_allclose(have, want, rtol=rho, atol=slack, err_msg=name)
-    b, ref = _at(out.parts["blocks"].final, 0), step.blocks
-    for name in ("host_pages", "gc_pages", "erases", "invalidated_pages"):
-        assert int(getattr(b, name)) == getattr(ref, name), name
-    assert np.asarray(b.blocks.valid).tolist() == ref.valid
-    assert np.asarray(b.blocks.erases).tolist() == ref.erase_count
+    _assert_planes_equal(out.parts["blocks"].final, 0, step, config, "closed")
     # the case holds what it claims: sessions after a task's first, their labels from issued arrivals
     roots = [q for q in range(len(res.finish_us)) if step.session[q] == q]
     later = [q for q in roots if q >= CLOSED_TASKS]
-    assert later and len({ref.label[q] for q in roots}) == 2
-    assert all(ref.label[q] == int(res.arrival_us[q] // (LABEL_MS * 1e3)) % 2 for q in roots)
-    assert ref.erases > 0 and step.cache.hit_tokens > 0
+    assert later and len({step.blocks.label[q] for q in roots}) == 2
+    assert all(step.blocks.label[q] == int(res.arrival_us[q] // (LABEL_MS * 1e3)) % 2 for q in roots)
+    assert step.blocks.erases > 0 and step.cache.hit_tokens > 0
 
 
 def _at(tree, k):
     """Point ``k`` of stream 0 of a batched output tree."""
     return jax.tree_util.tree_map(lambda a: a[0, k], tree)
+
+
+def _assert_planes_equal(final, k, step, config, where):
+    """Point ``k``'s sampled planes equal the reference's, plane by plane and page for page (each plane
+    settled first: the engine settles its lazy invalidations only when GC is due)."""
+    st, ref = _at(final, k), step.blocks
+    assert np.asarray(st.pending_bytes).tolist() == ref.pending and np.asarray(st.pages_written).tolist() == ref.written
+    pc = config.blocks.store(config.requests.requests).plane
+    for j, plane in enumerate(ref.planes):
+        got = kv_blocks.settle(jax.tree_util.tree_map(lambda a: a[j], st.planes), pc)
+        for name in ("host_pages", "gc_pages", "erases", "invalidated_pages", "stalled_writes"):
+            assert int(getattr(got, name)) == getattr(plane, name), f"{name} plane {j} {where}"
+        assert np.asarray(got.session_pages).tolist() == plane.session_pages, f"plane {j} {where}"
+        assert np.asarray(got.pending_bytes).tolist() == plane.pending, f"plane {j} {where}"
+        assert np.asarray(got.blocks.valid).tolist() == plane.valid, f"plane {j} {where}"
+        assert np.asarray(got.blocks.status).tolist() == plane.status, f"plane {j} {where}"
+        assert np.asarray(got.blocks.erases).tolist() == plane.erase_count, f"plane {j} {where}"
+        assert not bool(got.overflow) and not plane.overflow, f"plane {j} {where}"
+    assert float(plane_store.waf(st)) == ref.waf(), where
 
 
 def _hbf(out, k) -> dict:
@@ -235,7 +251,7 @@ def test_serving_totals_equal_the_engine(runs):
 
 
 def test_hbf_totals_and_blocks_equal_the_engine(runs):
-    _, _, _, out, refs = runs
+    config, _, _, out, refs = runs
     for k, (res, _, step) in refs.items():
         h, where = step.hbf_totals(), POLICIES[k]
         got = _hbf(out, k)
@@ -256,15 +272,7 @@ def test_hbf_totals_and_blocks_equal_the_engine(runs):
         assert int(c.evicted) == step.cache.evicted, where
         assert int(kv_cache.tally_value(c.hit_tokens)) == step.cache.hit_tokens, where
         assert int(kv_cache.tally_value(c.prompt_tokens)) == step.cache.prompt_tokens, where
-        b, ref = _at(out.parts["blocks"].final, k), step.blocks
-        for name in ("host_pages", "gc_pages", "erases", "invalidated_pages", "stalled_writes"):
-            assert int(getattr(b, name)) == getattr(ref, name), f"{name} {where}"
-        assert np.asarray(b.session_pages).tolist() == ref.session_pages, where
-        assert np.asarray(b.blocks.valid).tolist() == ref.valid, where  # exact: the last collect settled them
-        assert np.asarray(b.blocks.status).tolist() == ref.status, where
-        assert np.asarray(b.blocks.erases).tolist() == ref.erase_count, where
-        assert not bool(b.overflow) and not ref.overflow, where
-        assert float(kv_blocks.waf(b)) == ref.waf(), where
+        _assert_planes_equal(out.parts["blocks"].final, k, step, config, where)
 
 
 def test_the_case_exercises_reuse_eviction_gc_and_every_write_path(runs):
@@ -274,9 +282,11 @@ def test_the_case_exercises_reuse_eviction_gc_and_every_write_path(runs):
         h, where = step.hbf_totals(), POLICIES[k]
         assert step.cache.evicted > 0 and step.cache.hit_tokens > 0 and h["shared_hit_tokens"] > 0, where
         assert step.blocks.host_pages > 0 and step.blocks.erases > 0, where
+        assert sum(p.host_pages > 0 for p in step.blocks.planes) >= 2, where  # several sampled planes written
         assert (tot.write_stall_us > 0) == (where != "hbflex"), where  # window writes hide in the windows here
     flex, naive, fa = (refs[k][2].hbf_totals() for k in range(3))
     assert refs[1][2].blocks.gc_pages > 0 and naive["gc_us"] > 0  # GC migrated valid pages
     assert naive["read_waves"] > 0 and naive["kv_read_stall_us"] > 0  # random placement collides
     assert flex["offloaded_bytes"] > 0 and fa["offloaded_bytes"] > 0
     assert fa["retention_write_bytes"] > 0 and refs[2][1].stall_scale_us > 0  # the DASH write path
+    assert refs[3][2].hbf_totals()["write_stall_us"] > naive["write_stall_us"]  # block-first serialises programs

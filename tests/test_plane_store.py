@@ -32,12 +32,6 @@ from hbfjax.serve import plane_store as ps
 SEED = 3
 
 
-def test_store_salts_are_not_the_simulators_salts():
-    values = [v for k, v in vars(ps.StoreSalt).items() if k.isupper()]
-    assert len(set(values)) == len(values) == 4
-    assert not set(values) & {int(s) for s in Salt}
-
-
 def test_a_stripe_sends_each_plane_of_its_group_every_g_th_page():
     first, count = jnp.arange(10)[:, None], jnp.full((10, 1), 7)
     got = np.asarray(ps.stripe_pages(first, count, jnp.arange(4)[None, :], 4))
@@ -90,14 +84,38 @@ def test_groups_place_each_sessions_pages_on_its_own_group_and_random_pages_ever
     assert np.all(np.abs(mean - np.asarray(new)) <= 4 * se + 1e-9)
 
 
+def test_pilot_planes_lie_in_their_sessions_group_and_cover_its_stripes():
+    """G planes piloted by one session sit at the G stripe positions of its group: they receive every page
+    of that session and of each session hashed to the same group, and nothing of the others."""
+    r, g = 6, 4
+    config = ps.PlaneStoreConfig(sessions=r, planes=g, blocks_per_plane=64, pages_per_block=4, max_writes=16,
+                                 n_labels=1)
+    knobs = ps.PlaneStoreKnobs.make(config, 1e6, package_planes=64, grouped=1, group_size=g, gc_trigger=0.8)
+    new = jnp.asarray([3, 1, 5, 9, 16, 40], jnp.int32)
+    before = jnp.asarray([0, 3, 2, 7, 1, 5], jnp.int32)
+    words = (rng.seed_word(SEED), jnp.int32(0))
+    group = np.asarray(rng.below(rng.mix(*words, jnp.arange(r, dtype=jnp.int32), Salt.STORE_GROUP), 16))
+    for pilot in range(r):
+        got = np.asarray(ps.placed_pages(words, new, before, jnp.int32(0), knobs, config,
+                                         jnp.full(g, pilot, jnp.int32)))
+        same = group == group[pilot]
+        assert got.sum(axis=0).tolist() == np.where(same, np.asarray(new), 0).tolist(), pilot
+    assert len(set(group.tolist())) > 1  # the case has sessions outside the pilot's group
+    # a stream's pilots are the sessions of its valid requests
+    session = jnp.asarray([0, 0, 2, 2, 4, 4, 0, 0], jnp.int32)
+    valid = jnp.asarray([True] * 6 + [False] * 2)
+    got = np.asarray(ps.pilots(words, session, valid, 64))
+    assert set(got.tolist()) == {0, 2, 4}
+
+
 # --- the store against its Python mirror -------------------------------------------------------------
 
 SMALL = dict(blocks_per_plane=32, pages_per_block=4, max_writes=12, n_labels=2, gc_rounds=2)
 
 
-def _drive(config, knobs, session_bytes, evicted, roots_us):
+def _drive(config, knobs, session_bytes, evicted, roots_us, pilot=None):
     """The store over ``calls`` calls: each call's bytes (f32[calls, R]) written, then the evictions
-    (bool[calls, R]), then GC; returns the final store."""
+    (bool[calls, R]), then GC; returns the final store (``pilot``: ``ps.init``'s)."""
     words = (rng.seed_word(SEED), jnp.int32(1))
     root = Clock(jnp.zeros_like(roots_us, dtype=jnp.int32), roots_us)
 
@@ -108,7 +126,7 @@ def _drive(config, knobs, session_bytes, evicted, roots_us):
         st, _ = ps.collect(words, st, knobs, config)
         return st, None
 
-    st, _ = jax.lax.scan(call, ps.init(config), (session_bytes, evicted))
+    st, _ = jax.lax.scan(call, ps.init(config, pilot), (session_bytes, evicted))
     return st
 
 
@@ -120,10 +138,11 @@ def _workload(r, calls, page_bytes, seed):
     return b, e
 
 
-@pytest.mark.parametrize("placement", ["random", "groups", "groups+labels"])
+@pytest.mark.parametrize("placement", ["random", "groups", "groups+labels", "groups+pilots"])
 def test_the_store_equals_its_python_mirror_page_for_page(placement):
     r, calls, planes = 10, 100, 3
     config = ps.PlaneStoreConfig(sessions=r, planes=planes, **SMALL)
+    pilot = [7, 2, 7] if placement == "groups+pilots" else None  # two planes in session 7's group
     room = 1e9
     knobs = ps.PlaneStoreKnobs.make(config, room, package_planes=12, grouped=float(placement != "random"),
                                     group_size=3, lifetime_aware=float(placement == "groups+labels"),
@@ -132,8 +151,8 @@ def test_the_store_equals_its_python_mirror_page_for_page(placement):
     b, e = _workload(r, calls, page / 6, seed=len(placement))
     roots = np.arange(r, dtype=np.float32) * 7.0
     # knobs traced, as the engine passes them (closed over, XLA may fold a division into a reciprocal)
-    st = jax.jit(lambda kn, b, e: _drive(config, kn, b, e, jnp.asarray(roots)))(knobs, jnp.asarray(b), jnp.asarray(e))
-    ref = href.SampledPlanes(config, knobs, roots.tolist(), (rng.seed_word(SEED), jnp.int32(1)))
+    st = jax.jit(lambda kn, b, e: _drive(config, kn, b, e, jnp.asarray(roots), pilot))(knobs, jnp.asarray(b), jnp.asarray(e))
+    ref = href.SampledPlanes(config, knobs, roots.tolist(), (rng.seed_word(SEED), jnp.int32(1)), pilot)
     for k in range(calls):
         ref.write(b[k])
         ref.invalidate(np.flatnonzero(e[k]).tolist())
@@ -150,6 +169,7 @@ def test_the_store_equals_its_python_mirror_page_for_page(placement):
         assert np.asarray(got.blocks.erases).tolist() == plane.erase_count, j
         assert not bool(got.overflow) and not plane.overflow, j
     assert float(ps.waf(st)) == ref.waf()
+    assert float(ps.package_scale(st, knobs, config)) == ref.package_scale()
     # the case holds what it claims: every plane written and collected, GC moved valid pages
     assert all(p.host_pages > 0 and p.erases > 0 for p in ref.planes) and ref.gc_pages > 0, [(p.host_pages, p.erases, p.gc_pages, p.stalled_writes) for p in ref.planes]
     if placement == "groups+labels":

@@ -47,8 +47,8 @@ STREAMS, SEED, OTHER_SEED = 2, 3, 4
 # random placement collides)
 SCENARIO = systems.Scenario.fixed_batch(GQA, batch=2, prompt=1024, output=6, chunk_tokens=512, token_budget=1024,
                                         max_iterations=64, scan_chunk=8,
-                                        blocks=BlocksConfig(blocks=64, pages_per_block=8, n_labels=2,
-                                                            block_writes_per_chunk=64))
+                                        blocks=BlocksConfig(planes=2, blocks_per_plane=64, pages_per_block=8,
+                                                            n_labels=2, plane_writes_per_chunk=64))
 # the same shapes, other values: slower programs and reads on every organisation (no read law changes)
 OTHER = dataclasses.replace(SCENARIO, org_changes=(("t_prog_us", 400.0), ("t_read_us", 7.0)))
 CPU_RESIDENT = (2, 3, 2, 3)  # per CPU system: the resident experts (of 8) set the law each run looks up (OTHER: + 1)

@@ -26,7 +26,8 @@ from hbfjax.relax import Relax
 from hbfjax.validate import ConfigError
 
 SEED = 3
-SETTINGS = dict(model=GQA, slots=8, requests=8, prompt_tokens=1024, output_tokens=128, sram_mb=0.5)
+SETTINGS = dict(model=GQA, slots=8, requests=8, prompt_tokens=1024, output_tokens=128,
+                sram_mb=2.46608)  # 0.369 MB to split beside the GC buffer's 2.097 MB erase block (512 pages of 4 KiB)
 STREAMS = 2
 # the stacked points: a central difference along each direction around CENTRE, and two points apart
 CENTRE = np.array([0.2, 0.2, 0.6])
@@ -85,6 +86,8 @@ def test_the_grid_is_the_simplex_and_bad_settings_are_refused():
     assert all(abs(sum(q) - 1.0) < 1e-12 and min(q) >= 0 for q in grid)
     with pytest.raises(ConfigError, match="Settings.sram_mb = -1"):
         hsr.make(sram_mb=-1)
+    with pytest.raises(ConfigError, match="GC buffer"):
+        hsr.make(**{**SETTINGS, "sram_mb": 2.0})
     with pytest.raises(ConfigError, match="lambda"):
         hsr.make(lam=0.5)
     assert not problem().reverse_mode and not problem().minimise

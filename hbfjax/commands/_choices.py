@@ -6,7 +6,7 @@ type)."""
 
 # serve, sweep
 DASH_SYSTEMS = ("dash", "compact-dash", "relay-only", "direct-only")  # memory.organisations.ORGANISATIONS
-HBFLEX_SYSTEMS = ("hbflex", "naive-hbf", "h3", "fa-cli", "fa-csi", "is")  # memory.hbf_packages.PACKAGES
+HBFLEX_SYSTEMS = ("hbflex", "naive-hbf", "naive-block", "h3", "fa-cli", "fa-csi", "is")  # memory.hbf_packages.PACKAGES
 CPU_SYSTEMS = ("cpu-stream", "cpu-compute", "hybrid", "hybrid-split")  # serve.cpu_offload.SYSTEMS
 SYSTEMS = DASH_SYSTEMS + HBFLEX_SYSTEMS + CPU_SYSTEMS  # serve.systems.SYSTEMS
 MODEL_PRESETS = ("qwen3-235b-a22b", "qwen3-235b-a22b-int8", "mixtral-8x22b", "grok-1", "llama4-maverick",

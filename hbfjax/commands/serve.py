@@ -29,14 +29,17 @@ attention reads both tiers in parallel, and what the writes' programs take beyon
 window is an exposed stall (write_stall_s). --reads planes sends their HBF KV reads through the
 plane-collision law HBFlex's organisations use (random page placement; read_wave_amplification).
 
-HBFlex's organisations (hbflex, naive-hbf, h3, fa-cli, fa-csi, is; six stack sites of an H200-class GPU)
+HBFlex's organisations (hbflex, naive-hbf, naive-block, h3, fa-cli, fa-csi, is; six stack sites of an H200-class GPU)
 add the HBFlex runtime's KV management: KV retained after a request ends and reused by its session's
 later turns in whole logical pages, sessions evicted least recently used at 90 % of the HBF KV room; HBF
 KV reads through plane collisions (random pages or plane-balanced stripes, placement-aware scheduling,
-hot-plane offload to SRAM or HBM); new KV programmed immediately, in stripes or inside read-free windows
-with weight prefetch; a scaled block store per stream whose GC migrations are added to the iterations
-(waf, measured from the run's own host page writes: host_writes). --disable turns mechanisms off for an
-ablation. They use HBFlex's 1-byte KV elements.
+hot-plane offload to SRAM or HBM); new KV programmed immediately (naive-block: a request's pages
+serially in one block's plane, the paper's "immediate block-first writes"), in stripes or inside
+read-free windows with weight prefetch; a sample of 4 of the package's planes per stream at the paper's
+geometry (512 blocks x 512 pages), each fed the pages the placement sends it, whose GC migrations are
+added to the iterations (waf, measured from the sampled planes' own host page writes: host_writes;
+block_erases; stalled_plane_writes: plane-chunks whose pages had to wait). --disable turns mechanisms off
+for an ablation. They use HBFlex's 1-byte KV elements.
 
 The CPU-offloading baselines (DASH §VI-C: cpu-stream, cpu-compute, hybrid, hybrid-split) serve the same
 requests with the same routing draws on an H100 PCIe with no HBF: a fixed number of experts per layer
@@ -387,7 +390,9 @@ def compute(args) -> dict:
 
 
 def warnings_of(result: dict) -> list[str]:
-    """One stderr line per saturated system of a result (``metrics.saturation_warning``)."""
+    """One stderr line per saturated system of a result (``metrics.saturation_warning``) and per system whose
+    sampled planes had to keep pages waiting (a KV room so small that a chunk's KV is more pages a plane
+    than ``BlocksConfig.plane_writes_per_chunk``, or GC behind its writes)."""
     from hbfjax.serve import metrics
 
     rows = result.get("systems", [result])
@@ -396,6 +401,10 @@ def warnings_of(result: dict) -> list[str]:
         text = metrics.saturation_warning(row)
         if text:
             lines.append(f"{row.get('system', '')}: {text}")
+        if (row.get("stalled_plane_writes") or 0) > 0:
+            lines.append(f"{row.get('system', '')}: stalled_plane_writes = {row['stalled_plane_writes']:g}: the sampled "
+                         "planes could not take every chunk's pages, so WAF and GC time lag the run (a page is the KV "
+                         "room's share of a plane; a small --kv-room-gb makes a chunk's KV too many pages)")
     return lines
 
 

@@ -48,7 +48,7 @@ STACK_SITES = 6  # HBFlex §6.1: six stacks per GPU
 CASCADED_HBM_SHARE = 0.25  # HBFlex §6.1: ¼ of the budget HBM, ¾ HBF
 MAX_GROUP = 2**16
 _FLAGS = ("balanced", "scheduled", "offload_to_hbm", "buffered", "window_aware", "prefetch", "lifetime_aware",
-          "hbf_request_kv")
+          "hbf_request_kv", "block_first")
 
 
 @jax.tree_util.register_dataclass
@@ -70,17 +70,19 @@ class PolicyKnobs:
     gc_trigger: jax.Array  # utilisation at which GC runs (§5.4: 0.95; = evict_threshold: no deferral)
     logical_page_tokens: jax.Array  # tokens per logical KV page: prefix reuse in whole pages (§3.1, Fig. 7b)
     hbf_request_kv: jax.Array  # 1: running requests' KV may live in HBF; 0: only in HBM (H3)
+    block_first: jax.Array  # with immediate writes, 1: a request's pages program serially in its open block's
+    #   plane (HBFlex §6.3 "immediate block-first writes"); 0: each page on its own plane
 
     @classmethod
     def make(cls, *, balanced, scheduled, offload_fraction, buffered, window_aware, prefetch, lifetime_aware,
              group_size=32, offload_to_hbm=0, evict_threshold=0.90, gc_trigger=0.95, logical_page_tokens=16,
-             hbf_request_kv=1) -> "PolicyKnobs":
+             hbf_request_kv=1, block_first=0) -> "PolicyKnobs":
         """Validated knobs: flags 0 or 1, G a whole number in [1, 2^16], f in [0, 1), thresholds in (0, 1]
         with GC no earlier than eviction, whole logical pages >= 1 token."""
         c = cls.__name__
         values = dict(balanced=balanced, scheduled=scheduled, offload_to_hbm=offload_to_hbm, buffered=buffered,
                       window_aware=window_aware, prefetch=prefetch, lifetime_aware=lifetime_aware,
-                      hbf_request_kv=hbf_request_kv)
+                      hbf_request_kv=hbf_request_kv, block_first=block_first)
         for name in _FLAGS:
             v = values[name]
             require(v in (0, 1) and not isinstance(v, bool), c, name, v, "must be 0 or 1")
@@ -223,6 +225,14 @@ def naive_hbf(**changes) -> Package:
     return Package(_full_hbf(**changes), naive_policy())
 
 
+def naive_block(**changes) -> Package:
+    """Naive HBF with immediate block-first writes (HBFlex §6.3's baseline as the paper words it): a
+    request's consecutive pages fill one block on one plane, so a layer's new KV of a request programs
+    serially there; reads and the block store as ``naive-hbf`` (random pages: the reads of pages
+    clustered in blocks are not modelled)."""
+    return Package(_full_hbf(**changes), naive_policy(block_first=1))
+
+
 def h3(**changes) -> Package:
     """H3 (Ha et al. 2026): cascaded HBM/HBF, weights and shared KV in HBF, request KV in HBM only; random
     placement of the HBF KV it holds, immediate writes of it (H3 keeps generated KV out of HBF)."""
@@ -259,7 +269,7 @@ def integrated_stack(**changes) -> Package:
 
 
 PACKAGES: dict[str, Callable[..., Package]] = {
-    "hbflex": hbflex, "naive-hbf": naive_hbf, "h3": h3, "fa-cli": fa_cli, "fa-csi": fa_csi, "is": integrated_stack,
+    "hbflex": hbflex, "naive-hbf": naive_hbf, "naive-block": naive_block, "h3": h3, "fa-cli": fa_cli, "fa-csi": fa_csi, "is": integrated_stack,
 }
 
 
@@ -280,6 +290,9 @@ _POLICY_NAIVE = (("policy", "HBFlex §6.3 Naive HBF: random pages, immediate wri
 SOURCES: dict[str, tuple[tuple[str, str], ...]] = {
     "hbflex": _POLICY_HBFLEX + _HBF_STACK,
     "naive-hbf": _POLICY_NAIVE + _HBF_STACK,
+    "naive-block": (("policy", "HBFlex §6.3 Naive HBF, \"immediate block-first writes\": a request's pages "
+                               "program serially in one block's plane (interpreted: its reads and blocks as "
+                               "naive-hbf's random pages)"),) + _HBF_STACK,
     "h3": (("place", "HBFlex §2.3: weights and shared KV in HBF, generated KV in HBM"),) + _POLICY_NAIVE + _CASCADED
     + _HBF_STACK,
     "fa-cli": (("hbf_stacks", f"{_HW}: five HBF stacks and one HBM stack beside the GPU"),

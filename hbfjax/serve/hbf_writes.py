@@ -17,6 +17,13 @@ allocation, HBFlex §5.2), so ``n`` pages programmed at once take
   updates immediately underutilizes plane parallelism"); the layer stalls program_us(pages). For
   DeepSeek-V4-Pro (61 layers, 64 requests, 82 B/token/layer) that is one tPROG per layer, ≈ 4.6 ms
   a pass (HBFlex Fig. 18: 4.54 ms).
+* immediate block-first (``buffered = 0, block_first = 1``; HBFlex §6.3's naive baseline, "immediate
+  block-first writes"): a request's consecutive pages fill its open block on one plane, so its pages of
+  the layer program one after another there, while different requests' open blocks (on distinct planes
+  while requests ≤ planes, as a block allocator picks them) program in parallel: the layer stalls
+  max(rounds × tPROG, pages × page_bytes / write_gbps) with rounds the largest request's pages, its
+  prefill chunk's ceil(chunk tokens × bytes / page) or a decode request's (``block_first_rounds``).
+  For DeepSeek-V3 a 512-token chunk is 72 pages a layer: 72 × 75 µs = 5.4 ms a layer, 0.33 s a pass.
 * stripe (``buffered = 1, window_aware = 0``): new KV accumulates; every whole stripe of G pages is
   programmed at once (``writeback.kv_programs("stripe")``), the layer stalls program_us(stripes × G);
   the remainder (< G pages) stays buffered.
@@ -64,7 +71,7 @@ from hbfjax.relax import soft_relu, soft_step
 from hbfjax.serve.layer_time import LayerTimes
 from hbfjax.validate import INT32_MAX, require, require_int, require_real
 
-_SWITCHES = ("buffered", "window_aware", "prefetch")
+_SWITCHES = ("buffered", "window_aware", "prefetch", "block_first")
 
 
 @jax.tree_util.register_dataclass
@@ -73,6 +80,7 @@ class WriteKnobs:
     """Traced writeback knobs (scalars; stack a leading axis to sweep)."""
 
     buffered: jax.Array  # f32[] 0: immediate (HBFlex §3.2, naive HBF); 1: buffered (stripe or window)
+    block_first: jax.Array  # f32[] with immediate: 1 a request's pages program serially on its block's plane
     window_aware: jax.Array  # f32[] with buffered: 0 stripe; 1 window (HBFlex §5.3)
     prefetch: jax.Array  # f32[] 1: a layer's idle array time is one window (HBFlex Fig. 13a); 0: one operator's
     stripe_pages: jax.Array  # f32[] G: pages programmed together, one per plane of a plane group
@@ -84,11 +92,11 @@ class WriteKnobs:
 
     @classmethod
     def make(cls, *, sram_kv_budget_bytes, buffered=1.0, window_aware=1.0, prefetch=1.0, stripe_pages=32,
-             planes=3072, page_bytes=4096, t_prog_us=75.0, write_gbps=6 * 27.2) -> "WriteKnobs":
+             planes=3072, page_bytes=4096, t_prog_us=75.0, write_gbps=6 * 27.2, block_first=0.0) -> "WriteKnobs":
         """Validated knobs (defaults: the HBFlex package, §6.1): switches 0 or 1, 1 <= G <= planes
         whole pages, times and rates finite and > 0, the SRAM budget in [0, 2^31) bytes."""
         c = cls.__name__
-        for name, value in zip(_SWITCHES, (buffered, window_aware, prefetch)):
+        for name, value in zip(_SWITCHES, (buffered, window_aware, prefetch, block_first)):
             require(value in (0, 1), c, name, value, "must be 0 or 1")
         planes = require_int(c, "planes", planes, 1, 2**24)
         require_int(c, "stripe_pages", stripe_pages, 1, planes)
@@ -97,7 +105,7 @@ class WriteKnobs:
         require_real(c, "write_gbps", write_gbps, 0.0, 1e6, lo_open=True)
         require_real(c, "sram_kv_budget_bytes", sram_kv_budget_bytes, 0.0, INT32_MAX)
         f = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
-        return cls(buffered=f(buffered), window_aware=f(window_aware), prefetch=f(prefetch),
+        return cls(buffered=f(buffered), window_aware=f(window_aware), prefetch=f(prefetch), block_first=f(block_first),
                    stripe_pages=f(stripe_pages), planes=f(planes), page_bytes=f(page_bytes), t_prog_us=f(t_prog_us),
                    write_gbps=f(write_gbps), sram_kv_budget_bytes=f(sram_kv_budget_bytes))
 
@@ -193,11 +201,23 @@ def immediate_pages(new_decode_tokens, decode_requests, new_chunk_tokens, kv_byt
             + pages(new_chunk_tokens))
 
 
+def block_first_rounds(new_decode_tokens, decode_requests, max_chunk_tokens, kv_bytes, page_bytes):
+    """Serial program rounds of one layer under immediate block-first writes (module docstring): the
+    largest request's pages, its prefill chunk's or a decode request's (q + 1 tokens where
+    ``new_decode_tokens`` do not split evenly over ``decode_requests``)."""
+    requests = jnp.maximum(decode_requests, 1)
+    q, r = new_decode_tokens // requests, new_decode_tokens % requests
+    pages = lambda tokens: jnp.ceil(tokens.astype(jnp.float32) * kv_bytes / page_bytes)  # noqa: E731
+    return jnp.maximum(pages(q + (r > 0).astype(q.dtype)), pages(max_chunk_tokens))
+
+
 def pass_writes(state: WriteState, times: LayerTimes, new_decode_tokens, new_chunk_tokens, decode_requests,
-                kv_bytes_per_token_layer, knobs: WriteKnobs, temperature=None) -> tuple[WriteState, PassWrites]:
+                kv_bytes_per_token_layer, knobs: WriteKnobs, temperature=None,
+                max_chunk_tokens=None) -> tuple[WriteState, PassWrites]:
     """One pass's KV writes (module docstring). ``new_decode_tokens``, ``new_chunk_tokens``,
     ``decode_requests``: int32[] (each decode request gains its share of ``new_decode_tokens``: one
-    each in plain decoding); ``kv_bytes_per_token_layer``: float or f32[]. ``temperature`` (pages; None:
+    each in plain decoding); ``max_chunk_tokens`` int32[]: the largest request's prefill chunk (None: the
+    whole ``new_chunk_tokens``, one request's); ``kv_bytes_per_token_layer``: float or f32[]. ``temperature`` (pages; None:
     exact): the window policy's forced writeback relaxed (:func:`_relaxed_forced`) and its program rounds
     straight-through, so the stall differentiates in the SRAM KV budget (issue 13). The drain is left
     exact: a window gains a round only at each whole tPROG, and a straight-through drain would claim
@@ -212,6 +232,11 @@ def pass_writes(state: WriteState, times: LayerTimes, new_decode_tokens, new_chu
     view = _FlashView(t_prog_us=knobs.t_prog_us, page_bytes=page, planes_per_slot=knobs.planes,
                       stripe_pages=knobs.stripe_pages, buffer_capacity_pages=knobs.sram_kv_budget_bytes / page)
     imm = immediate_pages(dec, jnp.asarray(decode_requests, jnp.int32), chunk, kv, page)
+    largest = chunk if max_chunk_tokens is None else jnp.asarray(max_chunk_tokens, jnp.int32)
+    serial = (knobs.block_first > 0.5) & (knobs.buffered <= 0.5)  # immediate block-first
+    bf_rounds = jnp.maximum(block_first_rounds(dec, jnp.asarray(decode_requests, jnp.int32), largest, kv, page),
+                            program_rounds(imm, knobs))
+    bf_us = jnp.maximum(bf_rounds * knobs.t_prog_us, imm * page * 1e-3 / knobs.write_gbps)
     dec_f, chunk_f = dec.astype(jnp.float32), chunk.astype(jnp.float32)
     buffered = knobs.buffered > 0.5
     window = buffered & (knobs.window_aware > 0.5)
@@ -230,12 +255,13 @@ def pass_writes(state: WriteState, times: LayerTimes, new_decode_tokens, new_chu
         drained = jnp.where(window, drain, 0.0)
         exposed = jnp.where(buffered, jnp.where(window, forced_n, stripe_n), imm)  # pages at the KV point
         resident = jnp.where(buffered, jnp.where(window, after_forced, after_stripe), buf)
+        exposed_us = jnp.where(exposed > 0, jnp.where(serial, bf_us, program_us(exposed, knobs)), 0.0)
         if temperature is None:
-            stall = jnp.where(exposed > 0, program_us(exposed, knobs), 0.0)
+            stall = exposed_us
         else:  # the forced program's time scaled by the relaxed indicator (window), exact otherwise
-            stall = jnp.where(window, forced * program_us(whole, knobs, relaxed=True),
-                              jnp.where(exposed > 0, program_us(exposed, knobs), 0.0))
-        busy = (program_rounds(exposed, knobs) + program_rounds(drained, knobs)) * knobs.t_prog_us
+            stall = jnp.where(window, forced * program_us(whole, knobs, relaxed=True), exposed_us)
+        exposed_rounds = jnp.where(serial & (exposed > 0), bf_rounds, program_rounds(exposed, knobs))
+        busy = (exposed_rounds + program_rounds(drained, knobs)) * knobs.t_prog_us
         forced_flag = (window & (forced > 0)) if temperature is None else jnp.where(window, forced, 0.0)
         return resident - drained, (stall, exposed + drained, busy, forced_flag, resident)
 

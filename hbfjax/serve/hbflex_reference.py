@@ -127,11 +127,13 @@ def host_table(table) -> dict:
                 offloaded=np.asarray(table.offloaded, np.float32), planes=np.float32(table.planes))
 
 
-def pass_writes(buffer_bytes: float, idle: list, dec: int, chunk: int, requests: int, kv: float, k: dict):
+def pass_writes(buffer_bytes: float, idle: list, dec: int, chunk: int, requests: int, kv: float, k: dict,
+                max_chunk: int | None = None):
     """One pass's all-HBF KV writes, one layer at a time (``hbf_writes.pass_writes``; the Python
     reference of ``tests/test_hbf_writes.py`` too): (buffer bytes after, {stall_us, stalls_us, pages,
     busy_us, forced, peak_bytes}), ``stalls_us`` per layer. ``idle``: each layer's read-free window (µs);
-    ``k``: the WriteKnobs as floats."""
+    ``k``: the WriteKnobs as floats (``block_first`` absent: 0); ``max_chunk``: the largest request's
+    chunk tokens (None: ``chunk``)."""
     page, planes, g, t, gbps = k["page_bytes"], k["planes"], k["stripe_pages"], k["t_prog_us"], k["write_gbps"]
     prog = lambda n: max(math.ceil(n / planes) * t, n * page / (gbps * 1e3)) if n > 0 else 0.0  # noqa: E731
     rounds_us = lambda n: math.ceil(n / planes) * t  # noqa: E731
@@ -143,6 +145,13 @@ def pass_writes(buffer_bytes: float, idle: list, dec: int, chunk: int, requests:
             q, r = divmod(dec, max(requests, 1))
             n = r * math.ceil((q + 1) * kv / page) + (max(requests, 1) - r) * math.ceil(q * kv / page) \
                 + math.ceil(chunk * kv / page)
+            if k.get("block_first") and n > 0:  # a request's pages serially on its open block's plane
+                largest = chunk if max_chunk is None else max_chunk
+                rounds = max(math.ceil((q + (r > 0)) * kv / page), math.ceil(largest * kv / page),
+                             math.ceil(n / planes))
+                stalls.append(max(rounds * t, n * page / (gbps * 1e3)))
+                pages, busy, peak = pages + n, busy + rounds * t, max(peak, buf)
+                continue
             stalls.append(prog(n))
             pages, busy, peak = pages + n, busy + rounds_us(n), max(peak, buf)  # an unused buffer stays as it is
             continue
@@ -373,7 +382,7 @@ class SampledPlanes:
     plane a :class:`BlockStore` counting pages as its bytes (``PlaneStoreKnobs.blocks``: one byte a
     page), so the pages a plane cannot take wait in its pending bytes."""
 
-    def __init__(self, sc, sk, root_start_us: list, words: tuple):
+    def __init__(self, sc, sk, root_start_us: list, words: tuple, pilot: list | None = None):
         f = np.float32
         self.r, self.np = sc.sessions, sc.planes
         self.bpp, self.n = f(sk.page_bytes), f(sk.package_planes)
@@ -388,13 +397,19 @@ class SampledPlanes:
         groups = max(int(np.floor(float(self.n) / self.g)), 1)
         session = jnp.arange(self.r, dtype=jnp.int32)
         h = lambda salt, *w: rng.mix(*words, *w, salt)  # noqa: E731
-        self.group = np.asarray(rng.below(h(plane_store.StoreSalt.GROUP, session), groups)).astype(int).tolist()
-        self.offset = np.asarray(rng.below(h(plane_store.StoreSalt.STRIPE_OFFSET, session), self.g)).astype(int).tolist()
+        group_of = lambda s: np.asarray(rng.below(h(Salt.STORE_GROUP, s), groups)).astype(int).tolist()  # noqa: E731
+        self.group = group_of(session)
+        self.offset = np.asarray(rng.below(h(Salt.STORE_STRIPE_OFFSET, session), self.g)).astype(int).tolist()
         self.groups = groups
+        # each sampled plane's group and stripe position: the package's plane j, or in the pilot's group
+        pilot = [-1] * self.np if pilot is None else [int(x) for x in pilot]
+        self.plane_group = [self.group[q] if q >= 0 else j % groups for j, q in enumerate(pilot)]
+        self.stripe = [j % self.g if q >= 0 else (j // groups) % self.g for j, q in enumerate(pilot)]
+        self.placed = 0
         plane, sess = jnp.arange(self.np, dtype=jnp.int32)[:, None], session[None, :]
-        self._hashes = jax.jit(lambda call: (rng.uniform01(h(plane_store.StoreSalt.PLANE_PAGES, call, plane, sess)),
-                                             rng.normal(h(plane_store.StoreSalt.PLANE_PAGES, call, plane, sess),
-                                                        h(plane_store.StoreSalt.PLANE_NORMAL, call, plane, sess))))
+        self._hashes = jax.jit(lambda call: (rng.uniform01(h(Salt.STORE_PLANE_PAGES, call, plane, sess)),
+                                             rng.normal(h(Salt.STORE_PLANE_PAGES, call, plane, sess),
+                                                        h(Salt.STORE_PLANE_NORMAL, call, plane, sess))))
 
     @staticmethod
     def _poisson(u: float, z: float, mean) -> int:
@@ -414,9 +429,9 @@ class SampledPlanes:
         out = [[0] * self.r for _ in range(self.np)]
         if self.grouped:
             for j in range(self.np):
-                pos = (j // self.groups) % self.g
+                pos = self.stripe[j]
                 for s, n in enumerate(new):
-                    if n and self.group[s] == j % self.groups:
+                    if n and self.group[s] == self.plane_group[j]:
                         first = self.written[s]
                         out[j][s] = sum((k + self.offset[s]) % self.g == pos for k in range(first, first + n))
             return out
@@ -433,6 +448,7 @@ class SampledPlanes:
         new = [int(np.floor(p / self.bpp)) for p in pending]
         for plane, placed in zip(self.planes, self._placed(new)):
             plane.write(np.asarray(placed, np.float32))
+            self.placed += sum(placed)
         self.pending = [f(p - f(n) * self.bpp) for p, n in zip(pending, new)]
         self.written = [w + n for w, n in zip(self.written, new)]
         self.calls += 1
@@ -446,6 +462,13 @@ class SampledPlanes:
     def collect(self) -> int:
         """GC on every plane; the pages migrated on the sampled planes."""
         return sum(plane.collect() for plane in self.planes)
+
+    def package_scale(self) -> float:
+        """Package pages one sampled page stands for (``plane_store.package_scale``, in float32)."""
+        f = np.float32
+        if self.placed == 0:
+            return float(self.n / f(self.np))
+        return float(f(sum(f(w) for w in self.written)) / f(self.placed))
 
     @property
     def host_pages(self) -> int:
@@ -492,6 +515,7 @@ class HbflexStep(reference.ServeStep):
         self.tokens_per_page = int(max(self.p["logical_page_tokens"], 1.0))
         self.room_tokens = reference.room_tokens(model, knobs, hbf_derived)
         self.write_k = dict(buffered=self.p["buffered"] > 0.5, window_aware=self.p["window_aware"] > 0.5,
+                            block_first=self.p["block_first"] > 0.5,
                             stripe_pages=self.p["group_size"], planes=self.planes, page_bytes=self.page,
                             t_prog_us=k["t_prog_us"], write_gbps=self.write_gbps)
         self.table = host_table(read_table)
@@ -503,13 +527,14 @@ class HbflexStep(reference.ServeStep):
         self.hbf = dict.fromkeys(HBF_FIELDS, 0.0)
         self.block_bytes = {}  # session -> KV bytes put in HBF since the last chunk
         self.last_requests = [-1] * config.batcher.slots
-        # the scaled block store, one scaled page standing for the room's share (parts.blocks.store_knobs)
-        bc = config.blocks.store(sessions=config.requests.requests)
-        self.bk = blocks_part.store_knobs(knobs, jnp.int32(self.room_tokens), model, bc)
+        # the sampled planes, one page the room's share of a plane (parts.blocks.store_knobs)
+        self.sc = config.blocks.store(sessions=config.requests.requests)
+        self.sk = blocks_part.store_knobs(knobs, jnp.int32(self.room_tokens), model, self.sc)
         f = np.float32
         starts = [f(sec) * f(1e6) + f(us) for sec, us in zip(np.asarray(reqs.root_start.s), np.asarray(reqs.root_start.us))]
-        self.blocks = BlockStore(bc, self.bk, starts)
-        self.bytes_per_page = float(np.float32(self.bk.bytes_per_page))
+        words = (jnp.uint32(seed), jnp.int32(stream_id))
+        pilot = np.asarray(plane_store.pilots(words, reqs.session, reqs.valid, self.sc.planes)).tolist()
+        self.blocks = SampledPlanes(self.sc, self.sk, starts, words, pilot)
         self.read_scale_us = 0.0  # Σ layers × (wave µs + bytes µs): the scale of kv_read_stall_us's cancellation
 
     # --- admission (the parts' admit hooks: tiers, sessions, blocks) ---------------------------------
@@ -576,8 +601,9 @@ class HbflexStep(reference.ServeStep):
         others = self.prefetch + (1.0 - p["offload_to_hbm"]) * offloaded * page * reads + self.gc_buffer
         k = dict(self.write_k, sram_kv_budget_bytes=max(self.sram - others, 0.0))
         idle = self.idle[0] if p["prefetch"] > 0.5 else self.idle[1]
+        largest = max([int(n) for n, on in zip(batch.chunk_tokens, batch.chunk_mask) if on], default=0)
         self.buffer_bytes, hw = pass_writes(self.buffer_bytes, idle, ps.decode, ps.chunk_tokens, ps.decode,
-                                            m.kv_layer, k)
+                                            m.kv_layer, k, largest)
         stall = hw["stall_us"] if self.all_hbf else dash_stall
         us = sum(layer_us) + head_us + stall
         # bytes each session put in HBF this pass: HBF-resident KV after minus before
@@ -611,15 +637,16 @@ class HbflexStep(reference.ServeStep):
 
     # --- once per chunk (the parts' every_chunk hooks: sessions' eviction, blocks' append and GC) -----
     def every_chunk(self) -> None:
-        """Block append, LRU eviction, GC; the GC's moved pages read and programmed again, their time
-        added to the next iteration."""
+        """Plane writes, LRU eviction, GC; the package's moved pages (the sampled planes' × their package
+        scale) read and programmed again, their time added to the next iteration."""
         new_bytes = np.zeros(self.blocks.r, np.float32)
         for s, b in self.block_bytes.items():
             new_bytes[s] = b
         self.block_bytes = {}
         self.blocks.write(new_bytes)
         self.blocks.invalidate(self.cache.evict(self.running_kv, self.room_tokens, self.p["evict_threshold"]))
-        moved_bytes = self.blocks.collect() * self.bytes_per_page
+        f = np.float32
+        moved_bytes = float(f(self.blocks.collect()) * f(self.blocks.package_scale()) * f(self.sk.page_bytes))
         self.gc_pending_us += moved_bytes * 1e-3 * (1.0 / max(self.write_gbps, 1e-9) + 1.0 / self.hbf_cut)
 
     def hbf_totals(self) -> dict:

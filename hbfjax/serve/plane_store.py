@@ -13,17 +13,23 @@ them to the sampled planes as the placement does:
   receives Poisson(n / N) of a session's n new pages (the binomial's limit for N ≫ 1; the sampled planes
   are drawn independently, which neglects the multinomial's negative correlation, O(P / N));
 - plane groups (HBFlex §5.2, ``grouped`` = 1): the planes form ⌊N / G⌋ groups of G; a session's k-th
-  page goes to plane (k + offset) mod G of its group; sampled plane j is the stripe position ⌊j / groups⌋
-  mod G of group j mod groups, so its pages are exact given the session's group and offset (uniform
-  hashes of the session: the paper states no rule that chooses a session's group).
+  page goes to plane (k + offset) mod G of its group; its pages on a sampled plane are exact given the
+  session's group and offset (uniform hashes of the session: the paper states no rule that chooses a
+  session's group). Sampled plane j is either the package's plane j (stripe position ⌊j / groups⌋ mod G
+  of group j mod groups) or, given a *pilot* session (``init``'s ``pilot``), stripe position j mod G of
+  that session's group: with few sessions over many groups most fixed planes hold nothing, while a
+  group chosen through a session is chosen with probability ∝ its sessions, which is how the package's
+  WAF, Σ (host + GC) / Σ host over groups, weights them (a size-biased sample; exact when groups are
+  chosen ∝ their pages, as a random request's session approximates).
 
 Within a plane, the pages of all sessions writing in a call interleave in its open blocks (one frontier
 per lifetime label with ``lifetime_aware``, else one), in session order. Eviction kills a session's
 pages on every plane; GC runs per plane. Pages a plane cannot take yet (GC behind, or more than
 ``max_writes`` in one call) wait on that plane (``stalled_writes`` counts such calls).
 GC runs on a plane once its used pages pass the trigger, so until the room has filled a call costs
-the writes alone. WAF is the sampled planes' (host + GC programs) / host programs; the package's
-programs are N / P times theirs.
+the writes alone. WAF is the sampled planes' (host + GC programs) / host programs; a page on the sampled
+planes stands for (pages the package was sent) / (pages the sampled planes were sent) of the package's
+(:func:`package_scale`: N / P on average for random placement and fixed planes).
 """
 
 from __future__ import annotations
@@ -36,20 +42,10 @@ import jax.numpy as jnp
 
 from hbfjax import rng
 from hbfjax.clock import Clock
+from hbfjax.salts import Salt
 from hbfjax.flash.erase import gc
 from hbfjax.serve import kv_blocks
 from hbfjax.validate import require, require_int
-
-
-class StoreSalt:
-    """The store's hash salts (150-153). They join ``hbfjax.salts.Salt`` when the serving engine takes this
-    store (that edit re-keys every figure table); ``tests/test_plane_store.py`` checks that no ``Salt``
-    value equals one of them."""
-
-    PLANE_PAGES = 150  # Poisson pages of a session reaching a sampled plane (words: call, plane, session)
-    PLANE_NORMAL = 151  # its normal approximation's second hash, for large means (same words)
-    GROUP = 152  # the plane group of a session under plane-group placement (words: session)
-    STRIPE_OFFSET = 153  # the stripe start of a session's pages within its group (words: session)
 
 
 POISSON_TERMS = 48  # inverse-CDF terms of the Poisson draw (at mean POISSON_EXACT_MEAN the tail beyond is < 1e-9)
@@ -118,14 +114,27 @@ class PlaneStore(NamedTuple):
     pending_bytes: jax.Array  # f32[R] a session's new bytes not yet a whole page of the package
     pages_written: jax.Array  # int32[R] whole pages of the package each session has written (stripe position)
     calls: jax.Array  # int32[] write calls so far (a word of the placement draws)
+    pilot: jax.Array  # int32[P] the session whose plane group sampled plane j lies in; -1: the package's plane j
+    placed: jax.Array  # int32[] pages sent to the sampled planes so far (programmed or waiting)
 
 
-def init(config: PlaneStoreConfig) -> PlaneStore:
-    """Erased planes, no session written."""
+def init(config: PlaneStoreConfig, pilot: jax.Array | None = None) -> PlaneStore:
+    """Erased planes, no session written; ``pilot`` int32[P] (default all -1: the package's planes 0 … P-1;
+    module docstring)."""
     p, r = config.planes, config.sessions
     one = kv_blocks.init(config.plane)
+    pilot = jnp.full(p, -1, jnp.int32) if pilot is None else jnp.asarray(pilot, jnp.int32).reshape(p)
     return PlaneStore(planes=jax.tree.map(lambda x: jnp.broadcast_to(x, (p,) + x.shape), one),
-                      pending_bytes=jnp.zeros(r, jnp.float32), pages_written=jnp.zeros(r, jnp.int32), calls=jnp.int32(0))
+                      pending_bytes=jnp.zeros(r, jnp.float32), pages_written=jnp.zeros(r, jnp.int32), calls=jnp.int32(0),
+                      pilot=pilot, placed=jnp.int32(0))
+
+
+def pilots(words: tuple, session: jax.Array, valid: jax.Array, planes: int) -> jax.Array:
+    """int32[P] pilot sessions: the ``session`` (int32[R]) of a hash-chosen valid request (``valid`` bool[R], a
+    prefix) for each sampled plane (a request's session: groups chosen ∝ their requests, as ∝ pages)."""
+    n = jnp.maximum(jnp.sum(valid).astype(jnp.int32), 1)
+    q = rng.below(rng.mix(*words, jnp.arange(planes, dtype=jnp.int32), Salt.STORE_PILOT), n).astype(jnp.int32)
+    return session[q].astype(jnp.int32)
 
 
 def poisson(h_u: jax.Array, h_angle: jax.Array, mean: jax.Array) -> jax.Array:
@@ -163,20 +172,26 @@ def stripe_pages(first: jax.Array, count: jax.Array, position: jax.Array, group_
 
 
 def placed_pages(words: tuple, new_pages: jax.Array, pages_before: jax.Array, call, knobs: PlaneStoreKnobs,
-                 config: PlaneStoreConfig) -> jax.Array:
+                 config: PlaneStoreConfig, pilot: jax.Array | None = None) -> jax.Array:
     """int32[P, R]: of each session's ``new_pages`` int32[R] (its pages ``pages_before`` … onwards), those
-    the placement sends to each sampled plane (module docstring); ``call`` int32[] a word of the draws."""
+    the placement sends to each sampled plane (module docstring); ``call`` int32[] a word of the draws;
+    ``pilot`` int32[P] as :func:`init`'s (None: all -1)."""
     p, r = config.planes, config.sessions
     plane = jnp.arange(p, dtype=jnp.int32)[:, None]
     session = jnp.arange(r, dtype=jnp.int32)[None, :]
     h = lambda salt, *w: rng.mix(*words, *w, salt)  # noqa: E731
     mean = new_pages.astype(jnp.float32)[None, :] / knobs.package_planes
-    random = poisson(h(StoreSalt.PLANE_PAGES, call, plane, session), h(StoreSalt.PLANE_NORMAL, call, plane, session),
+    random = poisson(h(Salt.STORE_PLANE_PAGES, call, plane, session), h(Salt.STORE_PLANE_NORMAL, call, plane, session),
                      jnp.broadcast_to(mean, (p, r)))
     g, n_groups = group_size(knobs), groups(knobs)
-    mine = rng.below(h(StoreSalt.GROUP, session), n_groups).astype(jnp.int32) == plane % n_groups  # [P, R]
-    offset = rng.below(h(StoreSalt.STRIPE_OFFSET, session), g).astype(jnp.int32)  # [1, R]
-    position = jnp.mod((plane // n_groups) % g - offset, g)  # [P, R] which k mod G land on this plane
+    group_of = lambda s: rng.below(h(Salt.STORE_GROUP, s), n_groups).astype(jnp.int32)  # noqa: E731
+    pilot = jnp.full((p, 1), -1, jnp.int32) if pilot is None else pilot.reshape(p, 1)
+    piloted = pilot >= 0
+    plane_group = jnp.where(piloted, group_of(jnp.maximum(pilot, 0)), plane % n_groups)  # [P, 1]
+    stripe = jnp.where(piloted, plane % g, (plane // n_groups) % g)  # [P, 1] the plane's position in its group
+    mine = group_of(session) == plane_group  # [P, R]
+    offset = rng.below(h(Salt.STORE_STRIPE_OFFSET, session), g).astype(jnp.int32)  # [1, R]
+    position = jnp.mod(stripe - offset, g)  # [P, R] which k mod G land on this plane
     striped = jnp.where(mine, stripe_pages(pages_before[None, :], new_pages[None, :], position, g), 0)
     return jnp.where(knobs.grouped > 0.5, striped, random)
 
@@ -189,11 +204,13 @@ def write(words: tuple, state: PlaneStore, session_bytes: jax.Array, root_start:
     bk, bc = knobs.blocks, config.plane
     pending = state.pending_bytes + session_bytes
     new = jnp.floor(pending / knobs.page_bytes).astype(jnp.int32)
-    placed = placed_pages(words, new, state.pages_written, state.calls, knobs, config).astype(jnp.float32)
+    placed = placed_pages(words, new, state.pages_written, state.calls, knobs, config, state.pilot)
     session = jnp.arange(config.sessions, dtype=jnp.int32)
-    planes, wrote = jax.vmap(lambda st, pages: kv_blocks.write(st, session, pages, root_start, bk, bc))(state.planes, placed)
+    planes, wrote = jax.vmap(lambda st, pages: kv_blocks.write(st, session, pages, root_start, bk, bc))(
+        state.planes, placed.astype(jnp.float32))
     return state._replace(planes=planes, pending_bytes=pending - new.astype(jnp.float32) * knobs.page_bytes,
-                          pages_written=state.pages_written + new, calls=state.calls + 1), wrote.sum()
+                          pages_written=state.pages_written + new, calls=state.calls + 1,
+                          placed=state.placed + placed.sum()), wrote.sum()
 
 
 def invalidate(state: PlaneStore, evicted: jax.Array, config: PlaneStoreConfig) -> PlaneStore:
@@ -229,6 +246,13 @@ def collect(words: tuple, state: PlaneStore, knobs: PlaneStoreKnobs, config: Pla
     state, _, moved = jax.lax.while_loop(lambda c: ~c[1] & gc_due(c[0], knobs, config), reclaim,
                                          (state, jnp.bool_(False), jnp.int32(0)))
     return state, moved
+
+
+def package_scale(state: PlaneStore, knobs: PlaneStoreKnobs, config: PlaneStoreConfig) -> jax.Array:
+    """f32[]: package pages one page of the sampled planes stands for — the pages the package was sent
+    over those the sampled planes were (N / P before any)."""
+    return jnp.where(state.placed > 0, state.pages_written.astype(jnp.float32).sum() / jnp.maximum(state.placed, 1),
+                     knobs.package_planes / config.planes)
 
 
 def host_pages(state: PlaneStore) -> jax.Array:

@@ -361,6 +361,9 @@ def _table_report(o, scenario: Scenario) -> None:
 
 def _family(config: engine.ServeConfig, names: tuple, scenario: Scenario, points: tuple) -> Family:
     model = config.model
+    if "blocks" in config.parts:
+        for p in points:
+            part_modules.blocks.check_trigger(p.policy, config.blocks, config.requests.requests)
 
     def report_point(o, k):
         _table_report(o, scenario)

@@ -1,16 +1,22 @@
-"""The ``blocks`` part: the HBF KV of each session in erase blocks, invalidated by eviction and reclaimed by
-GC (HBFlex §3.3, §5.4; ``hbfjax.serve.kv_blocks``).
+"""The ``blocks`` part: the HBF KV of each session in erase blocks of a sample of the package's planes,
+invalidated by eviction and reclaimed by GC (HBFlex §3.3, §5.2, §5.4; ``hbfjax.serve.plane_store``).
 
 The KV bytes each session puts in HBF — per pass (``Writes.hbf_new_tokens`` of the tiers part) and when
 a finished request's HBM-resident KV is retained (``Admission.retired_hbm_tokens``) — accumulate per
-session and are appended once a chunk to a scaled block store (pages owned by the session, classed by
-its root's lifetime label when ``policy.lifetime_aware``); the sessions the sessions part evicted
-(``Chunk.evicted``) go stale; GC above ``policy.gc_trigger`` migrates valid pages of greedy victims,
-and the migration's programs and reads (bytes over the program bandwidth, then over the HBF read cut)
-are exposed in the next iteration (``Chunk.exposed_us``: not overlapped with compute).
+session and are written once a chunk to P sampled planes at the paper's geometry (512 blocks × 512
+pages each, one page the room's share of a plane), each fed exactly the pages the placement sends it:
+a random plane per page when ``policy.balanced`` is 0 (naive HBF), G-wide stripes over the session's
+plane group when it is 1 (HBFlex; each sampled plane in the group of a random request's session, so a
+stream with few sessions over many groups still samples written planes), the KV of every writing session interleaved in each open block (one
+frontier per lifetime label when ``policy.lifetime_aware``). The sessions the sessions part evicted
+(``Chunk.evicted``) go stale on every plane; GC above ``policy.gc_trigger`` migrates valid pages of
+greedy victims per plane, and the package's migrations (``plane_store.package_scale`` of the sampled
+planes') are read over the
+HBF read cut and programmed at the program bandwidth, exposed in the next iteration
+(``Chunk.exposed_us``: not overlapped with compute).
 
-Knobs read: ``policy.lifetime_aware``, ``policy.gc_trigger``, ``label_interval_us``, the room
-(``RunView``: one scaled page stands for the room's share), ``org`` (program bandwidth, read cut).
+Knobs read: ``policy.balanced``, ``policy.group_size``, ``policy.lifetime_aware``, ``policy.gc_trigger``,
+``label_interval_us``, the room (``RunView``), ``org`` (planes, program bandwidth, read cut).
 """
 
 from __future__ import annotations
@@ -24,49 +30,77 @@ import jax.numpy as jnp
 
 from hbfjax import clock
 from hbfjax.clock import Clock
-from hbfjax.memory import delivery
-from hbfjax.serve import kv_blocks
+from hbfjax.memory import delivery, hbf_packages
+from hbfjax.serve import kv_blocks, plane_store
 from hbfjax.serve.part import Part, RunView
-from hbfjax.validate import require_int
+from hbfjax.validate import ConfigError, require_int
 
 
 @dataclass(frozen=True)
 class BlocksConfig:
-    """Static shape of the scaled block store: blocks × pages stand for the HBF KV room."""
+    """Static shape of the sampled planes (HBFlex §6.1 geometry: 512 blocks × 512 pages a plane)."""
 
-    blocks: int = 1024
-    pages_per_block: int = 32
+    planes: int = 4  # P planes a stream simulates of the package's N (WAF converges in P: tests/test_plane_store)
+    blocks_per_plane: int = 512
+    pages_per_block: int = 512
+    plane_writes_per_chunk: int = 1024  # pages one plane programs per chunk at most (the rest waits there)
     n_labels: int = 8
-    block_writes_per_chunk: int = 1024  # scaled pages a chunk appends at most (the rest waits, kept per session)
-    gc_rounds: int = 8  # GC rounds of kv_blocks.victims_per_gc victims each, once per scan chunk
+    gc_rounds: int = 8  # GC rounds of kv_blocks.victims_per_gc victims per plane, once per scan chunk
 
     def __post_init__(self):
         c = type(self).__name__
-        for name in ("blocks", "pages_per_block", "n_labels", "block_writes_per_chunk", "gc_rounds"):
+        for name in ("planes", "blocks_per_plane", "pages_per_block", "plane_writes_per_chunk", "n_labels",
+                     "gc_rounds"):
             require_int(c, name, getattr(self, name), 1)
 
-    def store(self, sessions: int) -> kv_blocks.KvBlocksConfig:
-        """The block store of a stream of ``sessions`` requests: a chunk's KV appended at once, then GC."""
-        return kv_blocks.KvBlocksConfig(n_blocks=self.blocks, pages_per_block=self.pages_per_block, sessions=sessions,
-                                        n_labels=self.n_labels, max_writes=self.block_writes_per_chunk,
-                                        gc_rounds=self.gc_rounds, collect_every=1)
+    def store(self, sessions: int) -> plane_store.PlaneStoreConfig:
+        """The sampled planes of a stream of ``sessions`` requests: a chunk's KV written at once, then GC."""
+        return plane_store.PlaneStoreConfig(
+            sessions=sessions, planes=self.planes, blocks_per_plane=self.blocks_per_plane,
+            pages_per_block=self.pages_per_block, max_writes=self.plane_writes_per_chunk, n_labels=self.n_labels,
+            gc_rounds=self.gc_rounds)
 
 
 class BlocksState(NamedTuple):
-    blocks: kv_blocks.KvBlocks
+    blocks: plane_store.PlaneStore  # the sampled planes
     new_bytes: jax.Array  # float32[R] KV bytes each session put in HBF since the last chunk
     root_start: Clock  # Clock[R] each session root's arrival, the lifetime label's time (a closed loop
     #   records it as the root is admitted: its arrival is issued by the loop, not known ahead)
 
 
-def store_knobs(knobs, room_tokens, model, bc: kv_blocks.KvBlocksConfig) -> kv_blocks.KvBlocksKnobs:
-    """The block store's knobs: the policy's lifetime packing and GC trigger (GC reclaims back to just
-    below it, ``KvBlocksKnobs.make``'s default), one scaled page standing for the KV room's share."""
-    room_bytes = room_tokens.astype(jnp.float32) * float(model.kv_bytes_per_token)
-    return kv_blocks.KvBlocksKnobs(
-        lifetime_aware=knobs.policy.lifetime_aware, label_interval_us=knobs.label_interval_us,
-        gc_trigger=knobs.policy.gc_trigger, gc_target=knobs.policy.gc_trigger,
-        bytes_per_page=room_bytes / bc.physical_pages)
+def store_knobs(knobs, room_tokens, model, sc: plane_store.PlaneStoreConfig) -> plane_store.PlaneStoreKnobs:
+    """The sampled planes' knobs: the policy's placement (plane groups of ``group_size`` or random pages),
+    lifetime packing and GC trigger (GC reclaims back to just below it, ``KvBlocksKnobs.make``'s
+    default), one page the KV room's share of a plane (room / (N × pages a plane))."""
+    policy, f32 = knobs.policy, jnp.float32
+    room_bytes = room_tokens.astype(f32) * float(model.kv_bytes_per_token)
+    n_planes = hbf_packages.planes(knobs.org)
+    blocks = kv_blocks.KvBlocksKnobs(
+        lifetime_aware=policy.lifetime_aware, label_interval_us=knobs.label_interval_us,
+        gc_trigger=policy.gc_trigger, gc_target=policy.gc_trigger, bytes_per_page=f32(1.0))  # a plane counts pages
+    return plane_store.PlaneStoreKnobs(blocks=blocks, page_bytes=room_bytes / (n_planes * sc.plane_pages),
+                                       package_planes=n_planes, grouped=policy.balanced,
+                                       group_size=policy.group_size)
+
+
+def package_bytes(sampled_pages, store: plane_store.PlaneStore, sk: plane_store.PlaneStoreKnobs,
+                  sc: plane_store.PlaneStoreConfig):
+    """f32: bytes of the package's pages that ``sampled_pages`` on the sampled planes stand for
+    (``plane_store.package_scale`` pages each)."""
+    return sampled_pages.astype(jnp.float32) * plane_store.package_scale(store, sk, sc) * sk.page_bytes
+
+
+def check_trigger(policy, config: BlocksConfig, sessions: int) -> None:
+    """Refuse a GC trigger (concrete ``policy.gc_trigger``) that leaves a sampled plane's free pool fewer
+    blocks than one chunk's writes may take (``KvBlocksConfig.reserve_blocks``): writes would then wait
+    for a GC that never runs."""
+    plane = config.store(sessions).plane
+    cap = 1.0 - plane.reserve_blocks / plane.n_blocks
+    trigger = float(np.max(np.asarray(policy.gc_trigger)))
+    if trigger > cap:
+        raise ConfigError(f"gc_trigger = {trigger:g}: above {cap:.4f}, the most that planes of {plane.n_blocks} blocks "
+                          f"x {plane.pages_per_block} pages leave for {config.plane_writes_per_chunk} page writes a "
+                          f"chunk ({plane.reserve_blocks} blocks held free); lower it or use larger planes")
 
 
 def _add_bytes(per_session, session, tokens, per_token: float):
@@ -77,8 +111,8 @@ def _add_bytes(per_session, session, tokens, per_token: float):
 def part(knobs, config, run: RunView) -> Part:
     org, model, reqs = knobs.org, config.model, run.requests
     sessions = config.requests.requests
-    bc = config.blocks.store(sessions)
-    bk = store_knobs(knobs, run.room_tokens, model, bc)
+    sc = config.blocks.store(sessions)
+    sk = store_knobs(knobs, run.room_tokens, model, sc)
     per_token = float(model.kv_bytes_per_token)
     closed = config.batcher.tasks > 0
     # a migrated byte is read over the HBF read cut and programmed at the program bandwidth (µs per kB)
@@ -86,7 +120,8 @@ def part(knobs, config, run: RunView) -> Part:
                 + 1.0 / jnp.maximum(delivery.read_cuts(org).hbf_gbps, 1e-9))
 
     def init():
-        return BlocksState(blocks=kv_blocks.init(bc), new_bytes=jnp.zeros(sessions, jnp.float32),
+        pilot = plane_store.pilots(run.words, reqs.session, reqs.valid, sc.planes)
+        return BlocksState(blocks=plane_store.init(sc, pilot), new_bytes=jnp.zeros(sessions, jnp.float32),
                            root_start=reqs.root_start)
 
     def admit(s: BlocksState, view, record):
@@ -106,27 +141,28 @@ def part(knobs, config, run: RunView) -> Part:
         return s._replace(new_bytes=_add_bytes(s.new_bytes, session, record.hbf_new_tokens, per_token)), record, None
 
     def every_chunk(s: BlocksState, record):
-        ids = jnp.arange(sessions, dtype=jnp.int32)
-        blocks, _ = kv_blocks.write(s.blocks, ids, s.new_bytes, s.root_start, bk, bc)
-        blocks = kv_blocks.invalidate(blocks, record.evicted, bc)
-        blocks, moved = kv_blocks.collect(run.words, blocks, bk, bc)
-        gc_us = moved.astype(jnp.float32) * bk.bytes_per_page * 1e-3 * per_gb_s
-        return (s._replace(blocks=blocks, new_bytes=jnp.zeros_like(s.new_bytes)),
+        store, _ = plane_store.write(run.words, s.blocks, s.new_bytes, s.root_start, sk, sc)
+        store = plane_store.invalidate(store, record.evicted, sc)
+        store, moved = plane_store.collect(run.words, store, sk, sc)
+        gc_us = package_bytes(moved, store, sk, sc) * 1e-3 * per_gb_s
+        return (s._replace(blocks=store, new_bytes=jnp.zeros_like(s.new_bytes)),
                 record._replace(exposed_us=record.exposed_us + gc_us))
 
     return Part(init=init, admit=admit, writes=writes, every_chunk=every_chunk,
-                finish=lambda s: (s.blocks, s.blocks.overflow))
+                finish=lambda s: (s.blocks, plane_store.overflow(s.blocks)))
 
 
 def report(own, out) -> dict:
-    """Host ``{key: float64[S]}`` per stream: the block store's write amplification (HBFlex §5.4, Fig. 19;
-    NaN for a stream that wrote no page: WAF is measured from host writes) with its host page writes
-    (scaled pages), and the GC migrations' exposed time per iteration."""
+    """Host ``{key: float64[S]}`` per stream: the sampled planes' write amplification (HBFlex §5.4, Fig. 19;
+    NaN for a stream that wrote no page: WAF is measured from host writes) with their host page programs,
+    block erases and plane-chunks that left pages waiting (GC behind, or a chunk over
+    ``plane_writes_per_chunk``), and the GC migrations' exposed time per iteration."""
     b = own.final
-    host = np.asarray(b.host_pages, np.float64)
-    gc_pages = np.asarray(b.gc_pages, np.float64)
+    host = np.asarray(plane_store.host_pages(b), np.float64)
+    gc_pages = np.asarray(plane_store.gc_pages(b), np.float64)
     iterations = np.maximum(np.asarray(out.iterations, np.float64), 1.0)
     with np.errstate(invalid="ignore", divide="ignore"):
         waf = np.where(host > 0, (host + gc_pages) / host, np.nan)
-    return {"waf": waf, "host_writes": host,
+    return {"waf": waf, "host_writes": host, "block_erases": np.asarray(plane_store.erases(b), np.float64),
+            "stalled_plane_writes": np.asarray(plane_store.stalled_writes(b), np.float64),
             "gc_ms_per_iteration": np.asarray(out.totals.chunk_stall_us, np.float64) * 1e-3 / iterations}

@@ -11,7 +11,7 @@ compilation. The SRAM KV budget is what prefetch, the pass's offloaded pages and
 overflowed it.
 
 Knobs read: ``org`` (planes, page, tPROG, program bandwidth, placement), ``policy`` (buffered,
-window_aware, prefetch, group_size as the stripe), the SRAM split.
+window_aware, prefetch, block_first, group_size as the stripe), the SRAM split.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ def write_knobs(org, policy) -> hbf_writes.WriteKnobs:
     """The all-HBF write path's knobs from the organisation and policy (the SRAM budget set per pass)."""
     return hbf_writes.WriteKnobs(
         buffered=policy.buffered, window_aware=policy.window_aware, prefetch=policy.prefetch,
+        block_first=policy.block_first,
         stripe_pages=policy.group_size, planes=hbf_packages.planes(org), page_bytes=org.page_bytes,
         t_prog_us=org.t_prog_us, write_gbps=org.hbf_stacks * org.hbf_write_gbps,
         sram_kv_budget_bytes=hbf_packages.sram_bytes(org))
@@ -61,9 +62,10 @@ def part(knobs, config, run) -> Part:
             wk = dataclasses.replace(base, sram_kv_budget_bytes=budget.kv_cap_bytes,
                                      prefetch=policy.prefetch * budget.prefetch_held)
         decode = b.decode_mask.sum(dtype=jnp.int32)
-        chunk = jnp.where(b.chunk_mask, b.chunk_tokens, 0).sum(dtype=jnp.int32)
+        chunks = jnp.where(b.chunk_mask, b.chunk_tokens, 0).astype(jnp.int32)
+        chunk = chunks.sum(dtype=jnp.int32)
         state, w = hbf_writes.pass_writes(state, times, decode, chunk, decode, per_token_layer, wk,
-                                          budget.temperature_pages)
+                                          budget.temperature_pages, max_chunk_tokens=chunks.max())
         pick = lambda hbf, other: jnp.where(all_hbf, jnp.asarray(hbf, jnp.float32), other)  # noqa: E731
         record = record._replace(stall_us=pick(w.stall_us.sum(), record.stall_us),
                                  prefill_write_bytes=pick(chunk * per_token, record.prefill_write_bytes),

@@ -185,6 +185,9 @@ def make(*, streams: int = 2, lam: float | None = None, **settings) -> Problem:
 
     gc_buffer = sram.GC_BUFFER_BLOCKS * cfg.blocks.pages_per_block * float(org.page_bytes)
     usable_mb = (s.sram_mb * 1e6 - gc_buffer) * 1e-6
+    require(usable_mb > 0.0, "Settings", "sram_mb", s.sram_mb,
+            f"must exceed the GC buffer it holds ({gc_buffer * 1e-6:.2f} MB: {sram.GC_BUFFER_BLOCKS} erase block "
+            f"of {cfg.blocks.pages_per_block} pages), or nothing is left to split")
     knob = Knob(KNOB, Split(3), simplex(GRID_STEP),
                 help=f"shares of {usable_mb:.1f} MB of SRAM: hot-plane offload, weight prefetch, KV buffer")
     defaults = TuneDefaults(init={KNOB: INIT}, steps=12, learning_rate=0.3, temperature_start=64.0,
