@@ -4,12 +4,14 @@ first-token and finish time, the serving totals and the parts' totals (read and 
 stalls, GC time, WAF, evicted sessions, hit tokens), for the tiny GQA model on a synthetic multi-turn
 trace (12 sessions × 3 turns: turns that arrive while their parent runs share its KV, later ones hit
 the retained entry), 4 slots and a KV room of 1,000 tokens, on HBFlex (window writes, balanced reads with offload), naive HBF (immediate writes,
-random placement, interleaved blocks) and FlashAccel-CLI (decode KV in HBM, the DASH write path,
-offload to HBM). Eviction at 70 % of the room and GC at 70 % used pages of a 32 × 4-page scaled store
-(16 pages a chunk of 4 iterations), so sessions are evicted and GC migrates valid pages.
+random placement, interleaved blocks), FlashAccel-CLI (decode KV in HBM, the DASH write path,
+offload to HBM) and naive-block (immediate block-first writes, on 512-B pages so that a chunk's KV of a
+layer is several pages). Eviction at 70 % of the room and GC at 70 % used pages of 4 sampled planes of
+32 × 4 pages (16 pages a plane a chunk of 4 iterations; HBFlex's plane groups of 32, each sampled plane
+in a random request's session group), so sessions are evicted and GC migrates valid pages.
 
-The reference's block store (Python lists) agrees page for page: host and GC programs, erases per
-block, valid pages per block and per session, block states.
+The reference's sampled planes (Python lists) agree page for page, plane by plane: host and GC
+programs, erases per block, valid pages per block and per session, block states, waiting pages.
 
 Tolerances, from float32 rounding (``EPS = 2^-24``; the reference is float64), as in
 ``tests/test_serve_reference.py`` (whose bound ``ρ`` and slack are derived there) plus what HBFlex adds

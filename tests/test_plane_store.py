@@ -176,6 +176,59 @@ def test_the_store_equals_its_python_mirror_page_for_page(placement):
         assert len(set(ref.label)) == 2
 
 
+def _cohorts(calls: int, lifetime: int, sessions: int, mult: int):
+    """Call c starts session (c × mult) mod R at time c µs; a session writes one page a call for ``lifetime``
+    calls and is evicted after its last (deterministic lifetimes). Returns (writes bool[calls, R],
+    evicted bool[calls, R], root start f32[calls, R])."""
+    start = np.full(sessions, -1e6)
+    w, e, roots = [], [], []
+    for c in range(calls):
+        start[(c * mult) % sessions] = c
+        age = c - start
+        live = (age >= 0) & (age < lifetime)
+        w.append(live)
+        e.append(live & (age == lifetime - 1))
+        roots.append(start.copy())
+    return np.asarray(w), np.asarray(e), np.asarray(roots, np.float32)
+
+
+def test_deterministic_lifetimes_with_lifetime_labels_give_waf_one():
+    """HBFlex §5.4's premise: when every session lives the same time, a label of its start time is a label of
+    its death, so each block dies whole and greedy GC never migrates (WAF = 1), while interleaving the same
+    pages (sessions in an order unrelated to their age) leaves every block part-valid for up to a lifetime
+    and, in a store smaller than a lifetime's writes, GC must migrate (WAF > 1). One plane receiving every
+    page (N = 1); 20 live sessions write a page a call each (210 live pages); the store holds 512 pages and GC
+    runs above 60 % (307 < 400 pages, a lifetime's writes); 24 labels of one call each (> 20 live starts)."""
+    lifetime, sessions, labels = 20, 47, 24
+    config = ps.PlaneStoreConfig(sessions=sessions, planes=1, blocks_per_plane=128, pages_per_block=4,
+                                 max_writes=lifetime, n_labels=labels, gc_rounds=8)
+    w, e, roots = _cohorts(400, lifetime, sessions, mult=7)
+    words = (rng.seed_word(SEED), jnp.int32(0))
+
+    def run(knobs):
+        page = knobs.page_bytes
+
+        def call(st, x):
+            wc, ec, rc = x
+            st, _ = ps.write(words, st, jnp.where(wc, page, 0.0), Clock(jnp.zeros(sessions, jnp.int32), rc), knobs,
+                             config)
+            st, _ = ps.collect(words, ps.invalidate(st, ec, config), knobs, config)
+            return st, None
+
+        return jax.lax.scan(call, ps.init(config), (jnp.asarray(w), jnp.asarray(e), jnp.asarray(roots)))[0]
+
+    out = {}
+    for aware in (1.0, 0.0):
+        knobs = ps.PlaneStoreKnobs.make(config, room_bytes=512.0, package_planes=1, grouped=1.0, group_size=1,
+                                        lifetime_aware=aware, label_interval_us=1.0, gc_trigger=0.6)
+        st = jax.jit(run)(knobs)
+        assert not bool(ps.overflow(st)) and int(ps.stalled_writes(st)) == 0
+        assert int(ps.erases(st)) > 3 * 128  # the store turned over several times
+        out[aware] = float(ps.waf(st))
+    assert out[1.0] == 1.0  # every GC victim wholly invalid
+    assert out[0.0] > 1.1  # measured 1.1485
+
+
 # --- the store's WAF against the GC workloads --------------------------------------------------------
 
 

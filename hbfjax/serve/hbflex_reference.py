@@ -17,15 +17,16 @@ network and the DASH write path), it adds in Python floats and loops what the pa
   same uniform (``rng.mix(seed, stream, draw, Salt.WAVE_DRAW)``), its sensing rounds against the
   pages' link time multiplying the HBF share of the attention's KV bytes; its balanced minimum (the
   ideal waves) interpolated between the two tabulated draws as the waves are (``wave.draw_ideal``);
-* the all-HBF writes (``parts.writes``, ``hbf_writes.pass_writes``: immediate, stripe, window with the
-  SRAM budget that prefetch, offloaded pages and the GC buffer leave: ``parts.sram``), layer by layer;
-* the KV bytes each session puts in HBF per pass and at retention, appended once per chunk of
-  ``scan_chunk`` loop steps into a Python block store (:class:`BlockStore`; ``parts.blocks``: open
-  block per lifetime class, LRU-evicted sessions' pages stale, greedy GC moving valid pages to the
-  open block of their class); the GC time of a chunk added to the next iteration. The sampled planes
-  of ``plane_store`` (:class:`SampledPlanes`, the block store faithful to placement) have their Python
-  mirror here too, checked against the store alone (``tests/test_plane_store.py``): the engine does not
-  use them yet.
+* the all-HBF writes (``parts.writes``, ``hbf_writes.pass_writes``: immediate, immediate block-first,
+  stripe, window with the SRAM budget that prefetch, offloaded pages and the GC buffer leave:
+  ``parts.sram``), layer by layer;
+* the KV bytes each session puts in HBF per pass and at retention, written once per chunk of
+  ``scan_chunk`` loop steps to the sampled planes (:class:`SampledPlanes`, ``parts.blocks`` and
+  ``plane_store``: whole pages of the package placed on each plane as the placement sends them, each
+  plane a Python block store, :class:`BlockStore`, with an open block per lifetime class, LRU-evicted
+  sessions' pages stale, greedy GC moving valid pages to the open block of their class); the
+  package's GC time of a chunk (the sampled planes' migrations × their package scale) added to the
+  next iteration.
 
 The wave's and the routing's uniforms come from JAX (hashes), as does the tabulated wave law of the
 inputs; everything else is Python. Where float32 decides a discrete outcome the reference rounds as
