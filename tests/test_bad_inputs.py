@@ -262,6 +262,33 @@ def test_serving_level_files_and_options_are_refused_in_one_line(capsys, files, 
     assert says.format(d=files) in err and err.count("\n") == 1 and "Traceback" not in err
 
 
+TRACE_FILES = {  # name -> (bytes or None for a folder, what the one line says)
+    "binary.csv": (b"\x00\x01\x02binary", "unknown trace schema"),
+    "wrong.csv": (b"a,b,c\n1,2,3\n", "unknown trace schema (first line 'a,b,c\\n')"),
+    "empty.csv": (b"", "no requests (the file is empty)"),
+    "cut.csv": (b"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n2023-1",
+                ":3: TIMESTAMP = '2023-1' is not"),
+    "sessions": (None, "is a directory with no *.jsonl session files"),
+    "missing.csv": (False, "trace '{d}/missing.csv' not found"),
+}
+
+
+@pytest.mark.parametrize("command", ["trace-info", "serve"])
+@pytest.mark.parametrize("name", list(TRACE_FILES))
+def test_a_trace_file_that_is_not_a_trace_is_one_line_naming_it(capsys, tmp_path, command, name):
+    content, says = TRACE_FILES[name]
+    path = tmp_path / name
+    if content is None:
+        path.mkdir()
+    elif content is not False:
+        path.write_bytes(content)
+    argv = (["trace-info", str(path)] if command == "trace-info" else
+            ["serve", "--system", "hbflex", "--model", "deepseek-v3", "--trace", str(path), "--requests", "8",
+             "--warmup", "2", "--streams", "2"])
+    err = _err(capsys, argv)
+    assert says.format(d=tmp_path) in err and err.count("\n") == 1 and "Traceback" not in err, err
+
+
 def _sweep_table(path, sweep_id: str, rows: int = 2) -> None:
     from hbfjax.sweep.table import ResultTable
 

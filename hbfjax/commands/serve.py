@@ -38,7 +38,7 @@ serially in one block's plane, the paper's "immediate block-first writes"), in s
 read-free windows with weight prefetch; a sample of 4 of the package's planes per stream at the paper's
 geometry (512 blocks x 512 pages), each fed the pages the placement sends it, whose GC migrations are
 added to the iterations (waf, measured from the sampled planes' own host page writes: host_writes;
-block_erases; stalled_plane_writes: plane-chunks whose pages had to wait). --disable turns mechanisms off
+block_erases; stalled_plane_writes: plane-chunks whose pages waited for GC). --disable turns mechanisms off
 for an ablation. They use HBFlex's 1-byte KV elements.
 
 The CPU-offloading baselines (DASH §VI-C: cpu-stream, cpu-compute, hybrid, hybrid-split) serve the same
@@ -391,8 +391,9 @@ def compute(args) -> dict:
 
 def warnings_of(result: dict) -> list[str]:
     """One stderr line per saturated system of a result (``metrics.saturation_warning``) and per system whose
-    sampled planes had to keep pages waiting (a KV room so small that a chunk's KV is more pages a plane
-    than ``BlocksConfig.plane_writes_per_chunk``, or GC behind its writes)."""
+    sampled planes had to keep pages waiting for GC (``stalled_plane_writes``: chunks whose pages a plane's
+    free blocks could not take; the cap of ``BlocksConfig.plane_writes_per_chunk`` pages a plane a chunk
+    delays pages too but is not counted there yet)."""
     from hbfjax.serve import metrics
 
     rows = result.get("systems", [result])
@@ -402,9 +403,9 @@ def warnings_of(result: dict) -> list[str]:
         if text:
             lines.append(f"{row.get('system', '')}: {text}")
         if (row.get("stalled_plane_writes") or 0) > 0:
-            lines.append(f"{row.get('system', '')}: stalled_plane_writes = {row['stalled_plane_writes']:g}: the sampled "
-                         "planes could not take every chunk's pages, so WAF and GC time lag the run (a page is the KV "
-                         "room's share of a plane; a small --kv-room-gb makes a chunk's KV too many pages)")
+            lines.append(f"{row.get('system', '')}: stalled_plane_writes = {row['stalled_plane_writes']:g}: GC on the "
+                         "sampled planes fell behind their writes and pages waited, so WAF and GC time lag the run (a "
+                         "page is the KV room's share of a plane: a small --kv-room-gb makes every chunk many pages)")
     return lines
 
 
