@@ -219,7 +219,8 @@ def test_config_errors_name_field_value_and_rule():
 
 
 
-@pytest.mark.parametrize("victim", gc.VICTIMS)
+@pytest.mark.parametrize("victim", [v if v == "greedy" else pytest.param(v, marks=pytest.mark.slow)  # make test:
+                                    for v in gc.VICTIMS])  # greedy, the serving store's victim; the rest test-slow
 def test_cpu_and_gpu_formulations_give_identical_results(victim):
     # BlockConfig.formulation picks tree-minimum passes and in-map duplicate detection ("cpu") or one
     # top_k and n² compares ("gpu"); both must give the same streams bit for bit (both traced here). The

@@ -106,6 +106,7 @@ def test_the_exact_objective_is_the_engines_throughput_point_by_point():
         np.testing.assert_allclose(-vals[k], np.mean(stream["throughput_tokens_per_s"]), rtol=1e-5)
 
 
+@pytest.mark.slow  # the tuning problem's landscape: make test-slow (CI's 10-minute make test)
 def test_the_draws_do_not_depend_on_the_split():
     out = o = engine_runs()
     # the same requests at every point (common random numbers), and the split changes the timing only
@@ -136,6 +137,7 @@ def test_relaxed_tends_to_exact_as_the_temperature_falls():
     assert gaps[0] > gaps[-1] and gaps[0] > 1e-3 * abs(exact)  # at 64 pages the relaxation is visible
 
 
+@pytest.mark.slow  # the tuning problem's landscape: make test-slow (CI's 10-minute make test)
 @pytest.mark.parametrize("name", list(DIRECTIONS))
 def test_the_relaxed_forward_derivative_has_the_sign_of_a_central_difference(name):
     vals = exact_values()

@@ -187,14 +187,26 @@ def test_offload_never_adds_waves_balanced_and_scheduled():
         assert np.all(b.waves >= b.ideal_waves)
 
 
-def test_knob_values_do_not_recompile_and_jit_equals_eager():
-    config = w.WaveConfig(planes=96, max_group_size=96, candidates=3)  # used by no other test
-    points = [(dict(balanced=0), 96), (dict(balanced=1, group_size=32, offload_fraction=0.1), 50),
-              (dict(balanced=1, scheduled=1, group_size=8), 7), (dict(balanced=1, scheduled=1, group_size=1), 96)]
+EAGER_CONFIG = w.WaveConfig(planes=96, max_group_size=96, candidates=3)  # used by no other test
+EAGER_POINTS = [(dict(balanced=0), 96), (dict(balanced=1, group_size=32, offload_fraction=0.1), 50),
+                (dict(balanced=1, scheduled=1, group_size=8), 7), (dict(balanced=1, scheduled=1, group_size=1), 96)]
+
+
+def _points_run():
+    config = EAGER_CONFIG
+    return [batch.run(wave_stream, 6, 11, w.WaveKnobs.make(config=config, **k), config, inputs=jnp.int32(n))
+            for k, n in EAGER_POINTS]
+
+
+def test_knob_values_do_not_recompile():
     with compilations("wave_stream") as compiled:
-        results = [batch.run(wave_stream, 6, 11, w.WaveKnobs.make(config=config, **k), config, inputs=jnp.int32(n))
-                   for k, n in points]
+        _points_run()
     assert len(compiled) == 1, compiled
+
+
+@pytest.mark.slow  # an eager-mode check (op by op): make test-slow (CI's 10-minute make test)
+def test_jit_equals_eager():
+    config, points, results = EAGER_CONFIG, EAGER_POINTS, _points_run()
     with jax.disable_jit():
         for (k, n), batched in zip(points, results):
             for s in range(3):

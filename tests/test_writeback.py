@@ -212,20 +212,29 @@ def test_dash_writeback_hidden_up_to_500us_and_exposed_at_5ms():
 
 # --- transform invariants and configuration (rung 3) --------------------------------------------
 
-def test_jit_equals_eager_and_knob_changes_do_not_recompile():
+def _eager_case():
     knobs = small_hbflex(decode_requests=16, prefill_prob=0.5)
     knobs = dataclasses.replace(knobs, timeline=make_timeline(
         np.asarray(knobs.timeline.duration_us[:1]), np.asarray(knobs.timeline.is_read[:1]),
         np.asarray(knobs.timeline.kv_point[:1]), 82.0, 96, touch_fraction=np.full((1, 6), 0.5)))
     cfg = sc.config_for(knobs, "stripe", 3)
     fn = batch.compiled(wb.simulate)
-    jitted = fn(jnp.arange(3, dtype=jnp.int32), jnp.uint32(9), knobs, None, cfg)
+    return knobs, cfg, fn, fn(jnp.arange(3, dtype=jnp.int32), jnp.uint32(9), knobs, None, cfg)
+
+
+@pytest.mark.slow  # an eager-mode check (op by op): make test-slow (CI's 10-minute make test)
+def test_jit_equals_eager():
+    knobs, cfg, _, jitted = _eager_case()
     for s in (2,):  # eager runs op by op: one stream suffices
         with jax.disable_jit():
             eager = wb.simulate(jnp.int32(s), jnp.uint32(9), knobs, None, cfg)
         for k in eager._fields:
             np.testing.assert_allclose(np.asarray(getattr(jitted, k))[s], np.asarray(getattr(eager, k)),
                                        rtol=1e-5, atol=1e-3)
+
+
+def test_knob_changes_do_not_recompile():
+    knobs, cfg, fn, _ = _eager_case()
     other = dataclasses.replace(knobs, flash=dataclasses.replace(knobs.flash, t_prog_us=jnp.float32(200.0)))
     with compilations("simulate") as compiled:
         fn(jnp.arange(3, dtype=jnp.int32), jnp.uint32(1), other, None, cfg)
