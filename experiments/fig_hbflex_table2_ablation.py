@@ -120,8 +120,7 @@ def _window_note(table) -> str:
     return (f"closed loop: {int(t.tasks)} SWE-bench tasks a GPU in {int(t.slots)} slots, {TURNS} turns each, the real KV "
             f"room (mean HBF KV {table.mean_kv_hbf_gb.mean():.3g} GB held), {int(t.streams)} streams, window "
             f"{table.window_start_s.mean():.0f}–{table.window_end_s.mean():.0f} s ({table.window_requests.mean():.0f} "
-            f"requests a stream, from the moment every task has started; the room does not turn over in it); paper: "
-            "4,096 tasks over four GPUs")
+            f"requests a stream, from the moment every task has started); paper: 4,096 tasks over four GPUs")
 
 
 def _turnover_note(table) -> str:
