@@ -183,3 +183,16 @@ def test_six_organisations_compile_once_and_share_their_arrivals():
     # a point's results do not depend on its neighbours on the knob axis (reversed order, same values)
     np.testing.assert_array_equal(np.asarray(clock.to_us(again.finish))[:, ::-1],
                                   np.asarray(clock.to_us(out.finish)))
+
+
+def test_a_gc_trigger_the_planes_cannot_honour_is_refused_before_the_run():
+    # planes of 128 blocks × 16 pages keep 512 / 16 + 8 labels + 3 = 43 blocks free for a chunk's writes, so GC may
+    # trigger at most at 1 − 43 / 128 = 66.4 % used: HBFlex's 95 % is refused; at 512 × 512 the reserve is 13 blocks
+    from hbfjax.serve import systems
+    from hbfjax.validate import ConfigError
+
+    small = BlocksConfig(blocks_per_plane=128, pages_per_block=16, plane_writes_per_chunk=512)  # 32 + 8 + 3 = 43
+    sc = systems.Scenario.fixed_batch(GQA, batch=2, prompt=64, output=4, blocks=small)
+    with pytest.raises(ConfigError, match=r"gc_trigger = 0\.95: above 0\.6641"):
+        systems.families(["hbflex"], sc)
+    systems.families(["hbflex"], systems.Scenario.fixed_batch(GQA, batch=2, prompt=64, output=4))  # 512 × 512: fine
