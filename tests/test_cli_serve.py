@@ -12,6 +12,7 @@ import pytest
 
 from hbfjax.cli import main
 from hbfjax.commands import _choices as names
+from hbfjax.commands.serve import warnings_of
 from hbfjax.sweep.table import flatten
 
 TINY = ["--model", "qwen3-235b-a22b", "--batch", "2", "--prompt", "64", "--output", "4", "--streams", "2"]
@@ -205,8 +206,6 @@ def test_serve_hbflex_organisations_report_the_hbf_keys_and_refuse_bad_options(c
 
 
 def test_a_run_whose_planes_waited_for_gc_is_warned_about_on_stderr():
-    from hbfjax.commands.serve import warnings_of
-
     result = {"systems": [{"system": "naive-hbf", "stalled_plane_writes": 3.0}, {"system": "hbflex",
                                                                                 "stalled_plane_writes": 0.0}]}
     lines = warnings_of(result)
@@ -233,11 +232,11 @@ def test_every_online_mode_and_system_kind_reports_littles_law_and_its_saturatio
     and a closed loop, for one system of each kind: every run reports Little's-law terms that agree
     (L = λW over the window) and a saturated flag, set with a warning exactly when the queue grows."""
     real_trace("azure_llm_2023_code.csv")
-    base = ["serve", "--system", system, "--model", "qwen3-235b-a22b", "--slots", "4", "--streams", "2", "--json"]
+    base = ["serve", "--system", system, "--model", "qwen3-235b-a22b", "--streams", "2", "--json"]
     lengths = ["--prompt", "64", "--output", "4"]  # a trace sets its own
     for mode, (light, flood) in _saturation_modes(system).items():
         for load, expect in ((light, False), (flood, True)):
-            argv = base + load + ([] if mode == "trace" else lengths)
+            argv = base + ["--slots", "4"] + load + ([] if mode == "trace" else lengths)
             assert main(argv) == 0, (mode, load)
             captured = capsys.readouterr()
             r = json.loads(captured.out)
@@ -246,8 +245,7 @@ def test_every_online_mode_and_system_kind_reports_littles_law_and_its_saturatio
             assert r["mean_requests_in_system"] == pytest.approx(
                 r["littles_arrival_rate_per_s"] * r["littles_time_in_system_s"], rel=1e-9), (system, mode)
     # a closed loop: in-flight requests never exceed the tasks, so nothing saturates
-    argv = [a for a in base if a != "--slots" and a != "4"] + [
-        "--trace", "swebench_miniswe_agent", "--tasks", "4", "--turns-per-task", "4", "--warmup-turns", "1"]
+    argv = base + ["--trace", "swebench_miniswe_agent", "--tasks", "4", "--turns-per-task", "4", "--warmup-turns", "1"]
     assert main(argv) == 0
     captured = capsys.readouterr()
     r = json.loads(captured.out)

@@ -18,8 +18,9 @@ from conftest import real_trace_or_skip
 from hbfjax import batch as hb
 from hbfjax import clock, traces
 from hbfjax.memory import hbf_packages as hp
-from hbfjax.serve import engine, metrics, parts, plane_store, report
+from hbfjax.serve import engine, metrics, parts, plane_store, report, systems
 from hbfjax.serve.parts.blocks import BlocksConfig
+from hbfjax.validate import ConfigError
 from hbfjax.serve.parts.reads import ReadsConfig, read_laws
 from hbfjax.serve.state import BatcherConfig, BatcherKnobs
 from hbfjax.workload import timing
@@ -188,9 +189,6 @@ def test_six_organisations_compile_once_and_share_their_arrivals():
 def test_a_gc_trigger_the_planes_cannot_honour_is_refused_before_the_run():
     # planes of 128 blocks × 16 pages keep 512 / 16 + 8 labels + 3 = 43 blocks free for a chunk's writes, so GC may
     # trigger at most at 1 − 43 / 128 = 66.4 % used: HBFlex's 95 % is refused; at 512 × 512 the reserve is 13 blocks
-    from hbfjax.serve import systems
-    from hbfjax.validate import ConfigError
-
     small = BlocksConfig(blocks_per_plane=128, pages_per_block=16, plane_writes_per_chunk=512)  # 32 + 8 + 3 = 43
     sc = systems.Scenario.fixed_batch(GQA, batch=2, prompt=64, output=4, blocks=small)
     with pytest.raises(ConfigError, match=r"gc_trigger = 0\.95: above 0\.6641"):
