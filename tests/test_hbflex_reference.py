@@ -165,7 +165,7 @@ def _assert_planes_equal(final, k, step, config, where):
     pc = config.blocks.store(config.requests.requests).plane
     for j, plane in enumerate(ref.planes):
         got = kv_blocks.settle(jax.tree_util.tree_map(lambda a: a[j], st.planes), pc)
-        for name in ("host_pages", "gc_pages", "erases", "invalidated_pages", "stalled_writes"):
+        for name in ("host_pages", "gc_pages", "erases", "invalidated_pages", "stalled_writes", "capped_writes"):
             assert int(getattr(got, name)) == getattr(plane, name), f"{name} plane {j} {where}"
         assert np.asarray(got.session_pages).tolist() == plane.session_pages, f"plane {j} {where}"
         assert np.asarray(got.pending_bytes).tolist() == plane.pending, f"plane {j} {where}"

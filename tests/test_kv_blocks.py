@@ -240,3 +240,16 @@ def test_a_full_pool_stalls_the_host_instead_of_overflowing():
     assert int(gc.free_blocks(s.blocks)) >= 3
     assert total == int(s.session_pages.sum()) == int(s.host_pages)
     assert total + float(s.pending_bytes.sum()) / BPP == pytest.approx(12 * 8)
+
+
+def test_a_call_over_max_writes_is_counted_capped_not_stalled_and_its_rest_waits():
+    """4 pages a call at most, 16 free blocks of 4: 6 pages wanted → 4 written, 2 wait (capped, not a GC
+    stall); the next call (no new bytes) writes the 2."""
+    cfg = kb.KvBlocksConfig(sessions=2, max_writes=4, n_blocks=16, pages_per_block=4, n_labels=1)
+    knobs = _knobs(cfg, gc_trigger=0.5)
+    one = jnp.array([0], jnp.int32)
+    s, n = _write(kb.init(cfg), one, jnp.array([6 * BPP]), _clock([0]), knobs, cfg)
+    assert (int(n), int(s.capped_writes), int(s.stalled_writes)) == (4, 1, 0)
+    assert float(s.pending_bytes[0]) == pytest.approx(2 * BPP)
+    s, n = _write(s, one, jnp.array([0.0]), _clock([0]), knobs, cfg)
+    assert (int(n), int(s.capped_writes), int(s.stalled_writes), int(s.host_pages)) == (2, 1, 0, 6)

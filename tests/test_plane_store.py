@@ -160,7 +160,7 @@ def test_the_store_equals_its_python_mirror_page_for_page(placement):
     assert np.asarray(st.pending_bytes).tolist() == ref.pending and np.asarray(st.pages_written).tolist() == ref.written
     for j, plane in enumerate(ref.planes):
         got = kv_blocks.settle(jax.tree_util.tree_map(lambda a: a[j], st.planes), config.plane)
-        for name in ("host_pages", "gc_pages", "erases", "invalidated_pages", "stalled_writes"):
+        for name in ("host_pages", "gc_pages", "erases", "invalidated_pages", "stalled_writes", "capped_writes"):
             assert int(getattr(got, name)) == getattr(plane, name), (name, j)
         assert np.asarray(got.session_pages).tolist() == plane.session_pages, j
         assert np.asarray(got.pending_bytes).tolist() == plane.pending, j  # the pages waiting on the plane

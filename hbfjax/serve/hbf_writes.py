@@ -191,24 +191,34 @@ def program_us(pages, knobs: WriteKnobs, relaxed: bool = False):
     return jnp.maximum(rounds * knobs.t_prog_us, pages * knobs.page_bytes * 1e-3 / knobs.write_gbps)
 
 
+def _decode_split(new_decode_tokens, decode_requests):
+    """(requests, q, r): ``new_decode_tokens`` spread as evenly as they go over ``decode_requests`` (at least
+    one: tokens without a request make one program, none are dropped): r requests get q + 1, the rest q."""
+    requests = jnp.maximum(decode_requests, 1)
+    return requests, new_decode_tokens // requests, new_decode_tokens % requests
+
+
+def _pages(tokens, kv_bytes, page_bytes) -> jax.Array:
+    """float32: whole pages holding ``tokens`` of one layer's KV."""
+    return jnp.ceil(tokens.astype(jnp.float32) * kv_bytes / page_bytes)
+
+
 def immediate_pages(new_decode_tokens, decode_requests, new_chunk_tokens, kv_bytes, page_bytes):
-    """Page programs of one layer under immediate writeback: each request's tokens (spread as evenly
-    as they go: r requests get q + 1, the rest q) as its own partial-page program, plus the chunk's."""
-    requests = jnp.maximum(decode_requests, 1)  # tokens without a request: one program (none are dropped)
-    q, r = new_decode_tokens // requests, new_decode_tokens % requests
-    pages = lambda tokens: jnp.ceil(tokens.astype(jnp.float32) * kv_bytes / page_bytes)  # noqa: E731
-    return (r.astype(jnp.float32) * pages(q + 1) + (requests - r).astype(jnp.float32) * pages(q)
-            + pages(new_chunk_tokens))
+    """Page programs of one layer under immediate writeback: each request's tokens (:func:`_decode_split`)
+    as its own partial-page program, plus the chunk's."""
+    requests, q, r = _decode_split(new_decode_tokens, decode_requests)
+    return (r.astype(jnp.float32) * _pages(q + 1, kv_bytes, page_bytes)
+            + (requests - r).astype(jnp.float32) * _pages(q, kv_bytes, page_bytes)
+            + _pages(new_chunk_tokens, kv_bytes, page_bytes))
 
 
 def block_first_rounds(new_decode_tokens, decode_requests, max_chunk_tokens, kv_bytes, page_bytes):
     """Serial program rounds of one layer under immediate block-first writes (module docstring): the
     largest request's pages, its prefill chunk's or a decode request's (q + 1 tokens where
-    ``new_decode_tokens`` do not split evenly over ``decode_requests``)."""
-    requests = jnp.maximum(decode_requests, 1)
-    q, r = new_decode_tokens // requests, new_decode_tokens % requests
-    pages = lambda tokens: jnp.ceil(tokens.astype(jnp.float32) * kv_bytes / page_bytes)  # noqa: E731
-    return jnp.maximum(pages(q + (r > 0).astype(q.dtype)), pages(max_chunk_tokens))
+    ``new_decode_tokens`` do not split evenly over ``decode_requests``, :func:`_decode_split`)."""
+    _, q, r = _decode_split(new_decode_tokens, decode_requests)
+    return jnp.maximum(_pages(q + (r > 0).astype(q.dtype), kv_bytes, page_bytes),
+                       _pages(max_chunk_tokens, kv_bytes, page_bytes))
 
 
 def pass_writes(state: WriteState, times: LayerTimes, new_decode_tokens, new_chunk_tokens, decode_requests,

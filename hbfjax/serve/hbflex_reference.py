@@ -251,7 +251,7 @@ class BlockStore:
         self.ring = collections.deque(range(b))  # the free pool, in ring order
         self.open_block, self.open_ptr = [-1] * c, [k] * c
         self.pending, self.generation, self.session_pages = [f(0.0)] * self.r, [0] * self.r, [0] * self.r
-        self.host_pages = self.gc_pages = self.invalidated_pages = self.stalled_writes = 0
+        self.host_pages = self.gc_pages = self.invalidated_pages = self.stalled_writes = self.capped_writes = 0
         self.overflow = self.unsettled = False
 
     def label_of(self, root_start_us) -> int:
@@ -302,6 +302,7 @@ class BlockStore:
         self.pending = [f(p + b) for p, b in zip(self.pending, new_bytes)]
         want = [int(np.floor(p / self.bpp)) for p in self.pending]
         self.stalled_writes += sum(want) > room and room < self.n
+        self.capped_writes += sum(want) > room and room >= self.n
         pages, left = [], room
         for s, w in enumerate(want):
             count = min(w, left)
@@ -512,7 +513,7 @@ class HbflexStep(reference.ServeStep):
         self.hbf_cut = max(self.org.cuts[1], 1e-9)
         self.all_hbf = self.org.place[DECODE_KV][HBF] >= 0.5
         self.prefetch = self.p["prefetch"] * sram_part.prefetch_bytes(model)
-        self.gc_buffer = sram_part.GC_BUFFER_BLOCKS * config.blocks.pages_per_block * self.page
+        self.gc_buffer = sram_part.gc_buffer_bytes(self.page, config.blocks.pages_per_block)
         self.tokens_per_page = int(max(self.p["logical_page_tokens"], 1.0))
         self.room_tokens = reference.room_tokens(model, knobs, hbf_derived)
         self.write_k = dict(buffered=self.p["buffered"] > 0.5, window_aware=self.p["window_aware"] > 0.5,

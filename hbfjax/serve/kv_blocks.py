@@ -144,6 +144,7 @@ class KvBlocks(NamedTuple):
     session_pages: jax.Array  # int32[R] valid scaled pages of each session (exact at all times)
     invalidated_pages: jax.Array  # int32[] pages made stale by eviction, cumulative
     stalled_writes: jax.Array  # int32[] write calls that the free pool cut short (GC fell behind)
+    capped_writes: jax.Array  # int32[] write calls that ``max_writes`` cut short (the free pool had room)
 
     @property
     def host_pages(self) -> jax.Array:
@@ -167,7 +168,7 @@ def init(config: KvBlocksConfig) -> KvBlocks:
     r = config.sessions
     return KvBlocks(blocks=gc.init_state(config.blocks), pending_bytes=jnp.zeros(r, jnp.float32),
                     generation=jnp.zeros(r, jnp.int32), session_pages=jnp.zeros(r, jnp.int32),
-                    invalidated_pages=jnp.int32(0), stalled_writes=jnp.int32(0))
+                    invalidated_pages=jnp.int32(0), stalled_writes=jnp.int32(0), capped_writes=jnp.int32(0))
 
 
 def lifetime_label(root_start: Clock, knobs: KvBlocksKnobs, config: KvBlocksConfig) -> jax.Array:
@@ -205,7 +206,8 @@ def write(state: KvBlocks, session: jax.Array, new_bytes: jax.Array, root_start:
     order with owner tag = gen << tag_bits | session and class = its label if ``lifetime_aware`` else 0 — at most
     ``max_writes`` pages per call, and never more than the free pool holds beyond the blocks GC needs
     (the host waits for GC: the rest stays pending for the next call, and ``stalled_writes`` counts
-    the call). So the pool never runs dry. Returns (state, pages_written int32[]).
+    the call; a call cut short by ``max_writes`` alone counts in ``capped_writes``). So the pool never
+    runs dry. Returns (state, pages_written int32[]).
     """
     r, n = config.sessions, config.max_writes
     spare = gc.free_blocks(state.blocks) - GC_HEADROOM_BLOCKS - min(config.n_labels, n)
@@ -217,7 +219,8 @@ def write(state: KvBlocks, session: jax.Array, new_bytes: jax.Array, root_start:
     want = jnp.where(first, whole, 0)  # int32[B] pages of each slot's session (counted on its first slot)
     cum = jnp.minimum(jnp.cumsum(want), room)
     count = cum - jnp.concatenate([jnp.zeros(1, jnp.int32), cum[:-1]])  # clipped to the room in slot order
-    stalled = (want.sum() > room) & (room < n)
+    short = want.sum() > room
+    stalled, capped = short & (room < n), short & (room >= n)
 
     slot, used = _expand(count, n)
     slot = jnp.clip(slot, 0, session.shape[0] - 1)
@@ -231,7 +234,8 @@ def write(state: KvBlocks, session: jax.Array, new_bytes: jax.Array, root_start:
     written = jnp.zeros(r + 1, jnp.int32).at[jnp.where(count > 0, idx, r)].add(count)[:r]
     return state._replace(blocks=blocks, pending_bytes=pending - written.astype(jnp.float32) * knobs.bytes_per_page,
                           session_pages=state.session_pages + written,
-                          stalled_writes=state.stalled_writes + stalled.astype(jnp.int32)), wrote
+                          stalled_writes=state.stalled_writes + stalled.astype(jnp.int32),
+                          capped_writes=state.capped_writes + capped.astype(jnp.int32)), wrote
 
 
 def invalidate(state: KvBlocks, evicted: jax.Array, config: KvBlocksConfig) -> KvBlocks:

@@ -24,8 +24,9 @@ them to the sampled planes as the placement does:
 
 Within a plane, the pages of all sessions writing in a call interleave in its open blocks (one frontier
 per lifetime label with ``lifetime_aware``, else one), in session order. Eviction kills a session's
-pages on every plane; GC runs per plane. Pages a plane cannot take yet (GC behind, or more than
-``max_writes`` in one call) wait on that plane (``stalled_writes`` counts such calls).
+pages on every plane; GC runs per plane. Pages a plane cannot take yet wait on that plane: calls
+whose pages waited because GC was behind count in ``stalled_writes``, those with more than
+``max_writes`` pages for the plane (and room for them) in ``capped_writes``.
 GC runs on a plane once its used pages pass the trigger, so until the room has filled a call costs
 the writes alone. WAF is the sampled planes' (host + GC programs) / host programs; a page on the sampled
 planes stands for (pages the package was sent) / (pages the sampled planes were sent) of the package's
@@ -272,7 +273,11 @@ def overflow(state: PlaneStore) -> jax.Array:
 
 
 def stalled_writes(state: PlaneStore) -> jax.Array:
-    return state.planes.stalled_writes.sum(axis=-1)  # int32[] plane-calls that left pages pending
+    return state.planes.stalled_writes.sum(axis=-1)  # int32[] plane-calls whose pages waited for GC
+
+
+def capped_writes(state: PlaneStore) -> jax.Array:
+    return state.planes.capped_writes.sum(axis=-1)  # int32[] plane-calls over max_writes (pages waited)
 
 
 def waf(state: PlaneStore) -> jax.Array:

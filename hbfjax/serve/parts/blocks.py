@@ -7,8 +7,8 @@ session and are written once a chunk to P sampled planes at the paper's geometry
 pages each, one page the room's share of a plane), each fed exactly the pages the placement sends it:
 a random plane per page when ``policy.balanced`` is 0 (naive HBF), G-wide stripes over the session's
 plane group when it is 1 (HBFlex; each sampled plane in the group of a random request's session, so a
-stream with few sessions over many groups still samples written planes), the KV of every writing session interleaved in each open block (one
-frontier per lifetime label when ``policy.lifetime_aware``). The sessions the sessions part evicted
+stream with few sessions over many groups still samples written planes), the KV of every writing
+session interleaved in each open block (one frontier per lifetime label when ``policy.lifetime_aware``). The sessions the sessions part evicted
 (``Chunk.evicted``) go stale on every plane; GC above ``policy.gc_trigger`` migrates valid pages of
 greedy victims per plane, and the package's migrations (``plane_store.package_scale`` of the sampled
 planes') are read over the
@@ -155,8 +155,9 @@ def part(knobs, config, run: RunView) -> Part:
 def report(own, out) -> dict:
     """Host ``{key: float64[S]}`` per stream: the sampled planes' write amplification (HBFlex §5.4, Fig. 19;
     NaN for a stream that wrote no page: WAF is measured from host writes) with their host page programs,
-    block erases and plane-chunks that left pages waiting (GC behind, or a chunk over
-    ``plane_writes_per_chunk``), and the GC migrations' exposed time per iteration."""
+    block erases, plane-chunks whose pages waited for GC (``stalled_plane_writes``) and those that sent a
+    plane more than ``plane_writes_per_chunk`` pages (``capped_plane_writes``: the rest waited for the
+    next chunk), and the GC migrations' exposed time per iteration."""
     b = own.final
     host = np.asarray(plane_store.host_pages(b), np.float64)
     gc_pages = np.asarray(plane_store.gc_pages(b), np.float64)
@@ -165,4 +166,5 @@ def report(own, out) -> dict:
         waf = np.where(host > 0, (host + gc_pages) / host, np.nan)
     return {"waf": waf, "host_writes": host, "block_erases": np.asarray(plane_store.erases(b), np.float64),
             "stalled_plane_writes": np.asarray(plane_store.stalled_writes(b), np.float64),
+            "capped_plane_writes": np.asarray(plane_store.capped_writes(b), np.float64),
             "gc_ms_per_iteration": np.asarray(out.totals.chunk_stall_us, np.float64) * 1e-3 / iterations}

@@ -73,13 +73,19 @@ class SramPlan(NamedTuple):
     temperature_pages: jax.Array | None  # relaxed caps (ServeRelax.sram_pages); None: exact
 
 
+def gc_buffer_bytes(page_bytes, pages_per_block: int):
+    """Bytes of SRAM held for GC migration: :data:`GC_BUFFER_BLOCKS` erase blocks of ``pages_per_block``
+    pages (traced or host ``page_bytes``)."""
+    return GC_BUFFER_BLOCKS * pages_per_block * page_bytes
+
+
 def plan(knobs, config) -> SramPlan:
     """The SRAM budget of the module docstring for this organisation, policy, model and split."""
     org, policy = knobs.org, knobs.policy
     page = org.page_bytes
     sram = hbf_packages.sram_bytes(org)
     prefetch = policy.prefetch * prefetch_bytes(config.model)
-    gc_buffer = GC_BUFFER_BLOCKS * config.blocks.pages_per_block * page
+    gc_buffer = gc_buffer_bytes(page, config.blocks.pages_per_block)
     temperature = None if knobs.relax is None else knobs.relax.sram_pages
     require(knobs.sram_shares is not None or temperature is None, "ServeKnobs", "relax.sram_pages", temperature,
             "relaxes the SRAM split's caps: give sram_shares")

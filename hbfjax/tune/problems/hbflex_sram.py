@@ -183,7 +183,7 @@ def make(*, streams: int = 2, lam: float | None = None, **settings) -> Problem:
             "output_tokens": m(tokens),
         }
 
-    gc_buffer = sram.GC_BUFFER_BLOCKS * cfg.blocks.pages_per_block * float(org.page_bytes)
+    gc_buffer = sram.gc_buffer_bytes(float(org.page_bytes), cfg.blocks.pages_per_block)
     usable_mb = (s.sram_mb * 1e6 - gc_buffer) * 1e-6
     require(usable_mb > 0.0, "Settings", "sram_mb", s.sram_mb,
             f"must exceed the GC buffer it holds ({gc_buffer * 1e-6:.2f} MB: {sram.GC_BUFFER_BLOCKS} erase block "
