@@ -33,6 +33,8 @@ def test_the_cli_name_lists_equal_the_registries():
     assert names.GPUS == tuple(sorted(gpus.PRESETS))
     assert names.MODES == MODES and names.ROUTING_KINDS == routing.KINDS and names.READS == systems.READS
     assert names.MECHANISMS == hbf_packages.MECHANISMS
+    assert (names.ARRAY_RATES, names.TR_MODELS, names.FIXED_PREFILL) == (
+        tuple(systems.ARRAY_RATES), tuple(systems.TR_MODELS), systems.FIXED_PREFILL)
     assert (names.MAX_REQUESTS, names.MAX_TOKENS) == (rq.MAX_REQUESTS, rq.MAX_TOKENS)
 
 

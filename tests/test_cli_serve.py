@@ -210,6 +210,8 @@ def test_a_run_whose_planes_waited_for_gc_is_warned_about_on_stderr():
                                                                                 "stalled_plane_writes": 0.0}]}
     lines = warnings_of(result)
     assert len(lines) == 1 and lines[0].startswith("naive-hbf: stalled_plane_writes = 3: GC on the sampled planes")
+    capped = warnings_of({"system": "naive-block", "stalled_plane_writes": 0.0, "capped_plane_writes": 2.0})
+    assert len(capped) == 1 and capped[0].startswith("naive-block: capped_plane_writes = 2: chunks sent a sampled plane")
 
 
 # mode -> (a load the system keeps up with, one it cannot); the light loads are per system: the CPU-streaming

@@ -61,6 +61,11 @@ CASES = {
     # 8 requests of 300 + 12 tokens at 20 /s through 4 slots, 128-token chunks; a 20-token budget
     # (writeback units of 43 tokens: partial, oldest first)
     "qwen3-poisson-mixed": (2, lambda: _case(QWEN3, "poisson", 8, 4, 128, 20, "mixed", 300, 12, rate=20.0)),
+    # the tiny batch under the other readings of DASH (issue 24): arrays per path, tR = 32 µs a latency only
+    # (the arrays at their 3 µs rate), a layer's writes overlapping the windows of 3 layers
+    "tiny-batch-readings": (1, lambda: _case(GQA, "batch", 3, 3, 16, 4, "serial", 40, 6, t_prog_us=300.0,
+                                             parallel_units=2, shared_array_rate=0.0, tr_sets_rate=0.0,
+                                             t_read_us=32.0, write_window_layers=3)),
 }
 
 

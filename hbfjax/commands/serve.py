@@ -38,7 +38,8 @@ serially in one block's plane, the paper's "immediate block-first writes"), in s
 read-free windows with weight prefetch; a sample of 4 of the package's planes per stream at the paper's
 geometry (512 blocks x 512 pages), each fed the pages the placement sends it, whose GC migrations are
 added to the iterations (waf, measured from the sampled planes' own host page writes: host_writes;
-block_erases; stalled_plane_writes: plane-chunks whose pages waited for GC). --disable turns mechanisms off
+block_erases; stalled_plane_writes and capped_plane_writes: plane-chunks whose pages waited for GC or over
+a plane's programs a chunk). --disable turns mechanisms off
 for an ablation. They use HBFlex's 1-byte KV elements.
 
 The CPU-offloading baselines (DASH §VI-C: cpu-stream, cpu-compute, hybrid, hybrid-split) serve the same
@@ -162,6 +163,26 @@ def register(subparsers) -> None:
     h.add_argument("--reads", choices=names.READS, default="linear",
                    help="DASH's organisations: HBF KV reads at their bytes' rate (linear, default) or through plane "
                         "collisions (planes: random page placement, as Naive HBF)")
+    r = p.add_argument_group(
+        "readings of the DASH paper it leaves open (defaults: the literal reading; the JSON's readings say which ran)")
+    r.add_argument("--array-rate", choices=names.ARRAY_RATES, default=None,
+                   help="DASH's organisations: the HBF arrays (one page wave per tR) limit Direct and Relay together "
+                        "(shared, default: both paths drain one stack's arrays) or each path alone (per-path: what "
+                        "the paper's 1.9x needs)")
+    r.add_argument("--tr-model", choices=names.TR_MODELS, default=None,
+                   help="DASH's organisations: tR is a latency and sets the array rate (rate, default), or a latency "
+                        "only (latency: the arrays keep their rate at the nominal 3 us tR, as if a plane kept "
+                        "tR / 3 us more reads outstanding; Fig. 11's reductions need it)")
+    r.add_argument("--launch-us", type=number(float, 0.0, 1e4), default=None,
+                   help="GPU kernel launch and tail per operator in us (default 4, assumed: no CUDA graphs; it adds "
+                        "about 3 ms to a Qwen3-235B decode step)")
+    r.add_argument("--fixed-prefill", choices=names.FIXED_PREFILL, default=None,
+                   help="a fixed batch's prefill: in --chunk-tokens chunks within --token-budget (chunked, default: "
+                        "DASH §VI-E's online settings) or every prompt in one pass (whole: §VI-B states no chunking)")
+    r.add_argument("--write-window-layers", type=number(int, 1, 4096), default=None,
+                   help="DASH's organisations: a layer's KV writes may overlap the attention windows of N layers "
+                        "(default 1, DASH §V-B 'the following attention computation'; the paper's Fig. 12 19.94 s "
+                        "implies about 3 ms of overlap a page wave)")
     x = p.add_argument_group("HBFlex organisations (HBFlex §5)")
     x.add_argument("--disable", default="", metavar="LIST",
                    help="comma-separated HBFlex mechanisms to turn off: " + ",".join(names.MECHANISMS))
@@ -170,6 +191,12 @@ def register(subparsers) -> None:
                    help="host cores the CPU systems may use (default 32, DASH Fig. 10(b))")
     c.add_argument("--cpu-experts", type=number(int, 0, 4096), default=None,
                    help="hybrid-split: needed experts per layer computed on the CPU (default 0)")
+    c.add_argument("--cpu-dram-gbps", type=number(float, 0.0, 1e4, lo_open=True), default=None,
+                   help="DRAM rate of the CPU socket in GB/s, all cores together (default 220, KTransformers' "
+                        "measurement on one Xeon 8452Y; its DDR5-4800 x 8 peak is 307.2)")
+    c.add_argument("--cpu-core-gbps", type=number(float, 0.0, 1e4, lo_open=True), default=None,
+                   help="DRAM rate one core streams alone in GB/s (default 25.6, estimated from its outstanding "
+                        "misses; 38.4 = the 307.2 GB/s peak over the eight cores that saturate it in DASH Fig. 10(a))")
     add_common_args(p, default_streams=64)
     p.set_defaults(func=run)
 
@@ -196,10 +223,22 @@ def _refuse_unused(args, kinds: set, workload: str) -> None:
         ("warmup_turns", workload == "closed", "applies to a closed loop (--tasks)"),
         ("batch", workload == "batch", "applies to a fixed batch, not with --rate, --load or --trace"),
         ("allow_roofline", args.profile_table is not None, "applies only with --profile-table"),
+        ("array_rate", "dash" in kinds, "applies to DASH's organisations (" + ", ".join(names.DASH_SYSTEMS) + ")"),
+        ("tr_model", "dash" in kinds, "applies to DASH's organisations (" + ", ".join(names.DASH_SYSTEMS) + ")"),
+        ("write_window_layers", "dash" in kinds,
+         "applies to DASH's organisations (" + ", ".join(names.DASH_SYSTEMS) + "); HBFlex's place their programs "
+         "by their own writeback policy"),
+        ("fixed_prefill", workload == "batch", "applies to a fixed batch (online runs chunk by --chunk-tokens)"),
+        ("cpu_dram_gbps", "cpu" in kinds, "applies to the CPU-offloading systems (" + ", ".join(names.CPU_SYSTEMS) + ")"),
+        ("cpu_core_gbps", "cpu" in kinds, "applies to the CPU-offloading systems (" + ", ".join(names.CPU_SYSTEMS) + ")"),
     ]
     for dest, ok, rule in rules:
         if given(dest) and not ok:
             raise ConfigError(f"--{dest.replace('_', '-')} = {getattr(args, dest)!r}: {rule}")
+    if args.tr_model == "latency" and (kinds & {"hbflex"} or args.reads != "linear"):
+        raise ConfigError("--tr-model latency: the plane-collision reads (HBFlex's organisations, --reads planes) "
+                          "serve a wave of page reads per tR, so tR sets their rate; the latency-only reading applies "
+                          "to DASH's linear reads alone")
     if args.reads != "linear" and kinds - {"dash"}:
         raise ConfigError(f"--reads {args.reads}: applies to DASH's organisations (HBFlex's always read through plane "
                           "collisions; the CPU systems read no HBF)")
@@ -235,13 +274,21 @@ def scenario(args):
     if args.routing != "uniform" and not model.is_moe:
         raise ConfigError(f"--routing {args.routing}: {args.model} is dense (no router)")
     org_changes = tuple((k, v) for k, v in (("lookahead", None if args.lookahead is None else int(args.lookahead)),
-                                            ("t_read_us", args.t_read_us), ("t_prog_us", args.t_prog_us))
+                                            ("t_read_us", args.t_read_us), ("t_prog_us", args.t_prog_us),
+                                            ("shared_array_rate", None if args.array_rate is None else
+                                             systems.ARRAY_RATES[args.array_rate]),
+                                            ("tr_sets_rate", None if args.tr_model is None else
+                                             systems.TR_MODELS[args.tr_model]),
+                                            ("write_window_layers", args.write_window_layers))
                         if v is not None)
+    gpu_changes = () if args.launch_us is None else (("launch_us", args.launch_us),)
+    cpu_changes = _cpu_changes(args)
     slo = None if args.slo_ttft_s is None and args.slo_tpot_ms is None else metrics.Slo(args.slo_ttft_s, args.slo_tpot_ms)
     table = None if args.profile_table is None else profile_table.ProfileTable.read(
         text_file("--profile-table", args.profile_table)).curves()
     common = dict(gpu=args.gpu, mode=args.mode, chunk_tokens=args.chunk_tokens, token_budget=args.token_budget,
-                  routing=args.routing, slo=slo, org_changes=org_changes,
+                  routing=args.routing, slo=slo, org_changes=org_changes, gpu_changes=gpu_changes,
+                  cpu_changes=cpu_changes,
                   hbm_kv_budget_bytes=None if args.hbm_kv_budget_gb is None else args.hbm_kv_budget_gb * 1e9,
                   kv_room_bytes=None if args.kv_room_gb is None else args.kv_room_gb * 1e9,
                   link_gbps=None if args.link_tbps is None else args.link_tbps * 1e3,
@@ -253,7 +300,10 @@ def scenario(args):
             raise ConfigError(f"--disable {m!r}: must be among {names.MECHANISMS}")
     if workload == "batch":
         batch = args.batch or 4
-        return systems.Scenario.fixed_batch(model, batch, args.prompt, args.output, slots=args.slots or batch, **common)
+        slots = args.slots or batch
+        if args.fixed_prefill == "whole":
+            common.update(systems.whole_prefill(args.prompt, slots))
+        return systems.Scenario.fixed_batch(model, batch, args.prompt, args.output, slots=slots, **common)
     if workload == "closed":
         return _closed_loop(args, model, common)
     requests = args.requests or 1152
@@ -268,6 +318,42 @@ def scenario(args):
     inputs = rq.TraceInputs.from_trace(traces.load_trace(traces.resolve(args.trace)), requests)
     return systems.Scenario.replay(model, inputs, requests, slots=slots, rate_factor=args.rate_factor or 1.0,
                                    concurrency=args.concurrency, warmup=warmup, **common)
+
+
+def _cpu_changes(args) -> tuple:
+    """The CPU-offloading systems' rate overrides (``OffloadKnobs.make``): the socket's DRAM rate as a share
+    of the host CPU's DDR peak, and one core's rate."""
+    from hbfjax.memory import cpus
+
+    changes = []
+    if args.cpu_dram_gbps is not None:
+        peak = cpus.cpu_preset("xeon-8452y").memory_peak_gbps
+        if args.cpu_dram_gbps > peak:
+            raise ConfigError(f"--cpu-dram-gbps = {args.cpu_dram_gbps:g}: must be <= the Xeon 8452Y's DDR5-4800 x 8 "
+                              f"peak, {peak:g} GB/s")
+        changes.append(("memory_efficiency", args.cpu_dram_gbps / peak))
+    if args.cpu_core_gbps is not None:
+        changes.append(("core_bw_gbps", args.cpu_core_gbps))
+    return tuple(changes)
+
+
+def readings(args, kinds: set) -> dict:
+    """The readings of the papers a run took (the JSON's ``readings``): the open DASH choices for a run with
+    DASH's organisations, the GPU's launch time for every run, the CPU's rates for the CPU systems."""
+    from hbfjax.memory import cpus
+    from hbfjax.workload import timing
+
+    host = cpus.cpu_preset("xeon-8452y")
+    out = {"launch_us": timing.KNOB_DEFAULTS["launch_us"][0] if args.launch_us is None else args.launch_us}
+    if "dash" in kinds:
+        out.update(array_rate=args.array_rate or names.ARRAY_RATES[0], tr_model=args.tr_model or names.TR_MODELS[0],
+                   write_window_layers=args.write_window_layers or 1)
+    if _workload_kind(args) == "batch":
+        out["fixed_prefill"] = args.fixed_prefill or names.FIXED_PREFILL[0]
+    if "cpu" in kinds:
+        out.update(cpu_dram_gbps=host.memory_bw_gbps if args.cpu_dram_gbps is None else args.cpu_dram_gbps,
+                   cpu_core_gbps=host.core_bw_gbps if args.cpu_core_gbps is None else args.cpu_core_gbps)
+    return out
 
 
 def _closed_loop(args, model, common: dict):
@@ -328,7 +414,8 @@ def plan(args) -> tuple[dict, list]:
     from hbfjax.serve import systems
 
     sc = scenario(args)
-    header = {"model": args.model, "gpu": systems.gpu_for(args.system, sc), "streams": args.streams, "seed": args.seed}
+    header = {"model": args.model, "gpu": systems.gpu_for(args.system, sc), "streams": args.streams, "seed": args.seed,
+              "readings": readings(args, {systems.system(n).kind for n in args.system})}
     if args.reads != "linear":
         header["reads"] = args.reads
     if sc.requests.closed_loop:
@@ -391,9 +478,9 @@ def compute(args) -> dict:
 
 def warnings_of(result: dict) -> list[str]:
     """One stderr line per saturated system of a result (``metrics.saturation_warning``) and per system whose
-    sampled planes had to keep pages waiting for GC (``stalled_plane_writes``: chunks whose pages a plane's
-    free blocks could not take; the cap of ``BlocksConfig.plane_writes_per_chunk`` pages a plane a chunk
-    delays pages too but is not counted there yet)."""
+    sampled planes kept pages waiting: for GC (``stalled_plane_writes``: chunks whose pages a plane's free
+    blocks could not take) or over the cap of ``BlocksConfig.plane_writes_per_chunk`` pages a plane a chunk
+    (``capped_plane_writes``)."""
     from hbfjax.serve import metrics
 
     rows = result.get("systems", [result])
@@ -406,6 +493,10 @@ def warnings_of(result: dict) -> list[str]:
             lines.append(f"{row.get('system', '')}: stalled_plane_writes = {row['stalled_plane_writes']:g}: GC on the "
                          "sampled planes fell behind their writes and pages waited, so WAF and GC time lag the run (a "
                          "page is the KV room's share of a plane: a small --kv-room-gb makes every chunk many pages)")
+        if (row.get("capped_plane_writes") or 0) > 0:
+            lines.append(f"{row.get('system', '')}: capped_plane_writes = {row['capped_plane_writes']:g}: chunks sent a "
+                         "sampled plane more pages than it programs in one chunk, and the rest waited for the next, so "
+                         "WAF and GC time lag the run (a small --kv-room-gb makes every chunk many pages)")
     return lines
 
 

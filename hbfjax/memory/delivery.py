@@ -16,6 +16,12 @@ Aggregate rates (GB/s = 1e3 B/µs), with every data kind striped evenly over the
 * HBF base-die SRAM fill ``S = hbf_stacks · region_bytes / tR`` (a double-buffered region is refilled
   once per sensing; equal to ``A`` when a region is one page wave, as in DASH §IV-B).
 
+The tR in ``A`` and ``S`` is ``t_read_us`` when ``tr_sets_rate = 1`` (the literal reading of DASH
+§VI-A and of Fig. 12's text: a lower tR completes more reads in a given time). With ``tr_sets_rate =
+0`` tR is a latency only (what Fig. 11's reductions need, review 2026-12-02 DASH fidelity §4.3): the
+rates stay those of ``rate_t_read_us`` (DASH's nominal 3 µs), as if a plane kept tR / 3 µs more reads
+outstanding, while every path still waits the exposed tR before its first byte.
+
 ``shared_array_rate = 1`` makes ``min(A, S)`` a limit on Direct and Relay *together* (the physical
 reading, DESIGN.md §4); ``0`` applies it to each path alone (the reading under which the paper's ratios
 may have been obtained).
@@ -70,10 +76,16 @@ class Rates(NamedTuple):
     pairs: jax.Array  # stack pairs carrying Relay
 
 
+def rate_t_read_us(knobs: OrgKnobs) -> jax.Array:
+    """float32[]: the tR that sets the array and SRAM rates (module docstring): tR itself, or the
+    reference tR of the latency-only reading."""
+    return jnp.where(knobs.tr_sets_rate > 0.5, knobs.t_read_us, knobs.rate_t_read_us)
+
+
 def rates(knobs: OrgKnobs) -> Rates:
     """The aggregate rates of ``knobs`` (DASH §IV-A links, §IV-B base dies, §VI-A geometry)."""
     pairs = jnp.minimum(knobs.hbm_stacks, knobs.hbf_stacks)
-    per_tr = knobs.hbf_stacks / (knobs.t_read_us * 1e3)  # stacks / tR in GB/s per byte sensed
+    per_tr = knobs.hbf_stacks / (rate_t_read_us(knobs) * 1e3)  # stacks / tR in GB/s per byte sensed
     return Rates(
         gpu_hbm_gbps=knobs.hbm_stacks * knobs.gpu_hbm_gbps,
         hbm_cells_gbps=knobs.hbm_stacks * knobs.hbm_bw_gbps,

@@ -72,19 +72,25 @@ class OrgKnobs:
     lookahead: jax.Array  # f32[] 1: early expert selection hides tR (DASH §V-C); 0: tR exposed
     shared_array_rate: jax.Array  # f32[] 1: Direct + Relay together <= the stack's array rate (physical); 0: per path
     hbf_write_gbps: jax.Array  # f32[] programs per HBF stack (HBFlex §6.1: 27.2 GB/s); MAX_GBPS: only the route
+    tr_sets_rate: jax.Array  # f32[] 1: tR is a latency and sets the array/SRAM rate (one wave per tR); 0: latency only
+    rate_t_read_us: jax.Array  # f32[] the tR whose wave rate the arrays keep when tr_sets_rate = 0 (DASH: 3 µs)
+    write_window_layers: jax.Array  # f32[] N: a layer's KV writes may overlap the windows of N layers (DASH: 1)
 
     @classmethod
     def make(cls, *, gpu_hbm_gbps, direct_gbps, relay_gbps, hbm_stacks, hbf_stacks, hbm_capacity_bytes,
              hbm_bw_gbps, hbf_capacity_bytes, parallel_units, page_bytes, t_read_us, t_prog_us,
              hbf_sram_region_bytes, hbf_sram_regions=2, relay_sram_region_bytes=4 * MiB, relay_sram_regions=2,
              place=None, balanced_split=1.0, relay_fraction=0.5, lookahead=1.0,
-             shared_array_rate=1.0, hbf_write_gbps=MAX_GBPS) -> "OrgKnobs":
+             shared_array_rate=1.0, hbf_write_gbps=MAX_GBPS, tr_sets_rate=1.0, rate_t_read_us=None,
+             write_window_layers=1) -> "OrgKnobs":
         """Validated knobs. Links are finite and >= 0; HBM stacks a whole number >= 0 (0: an all-HBF
         package, HBFlex, with no GPU–HBM or Relay link); HBF stacks, units and regions whole numbers >= 1;
         sizes and times > 0 with tPROG >= tR and pages a multiple of 512 B; ``place`` rows on the
         simplex (``None``: DASH's placement); flags 0 or 1; every tier a placed kind uses must be
         reachable (HBM through a GPU–HBM link, HBF through Direct or Relay), and a fixed split may
-        send experts only over paths that exist."""
+        send experts only over paths that exist. ``rate_t_read_us`` (``None``: ``t_read_us``) is the
+        reference tR of the latency-only reading (``tr_sets_rate = 0``); ``write_window_layers`` a
+        whole number of layers >= 1."""
         c = cls.__name__
         for name, value in (("gpu_hbm_gbps", gpu_hbm_gbps), ("direct_gbps", direct_gbps),
                             ("relay_gbps", relay_gbps), ("hbm_bw_gbps", hbm_bw_gbps)):
@@ -109,8 +115,11 @@ class OrgKnobs:
         require_real(c, "t_prog_us", t_prog_us, 0.0, MAX_US, lo_open=True)
         require(t_prog_us >= t_read_us, c, "t_prog_us", t_prog_us,
                 f"a NAND program is slower than a read (t_read_us = {t_read_us})")
+        rate_t_read_us = t_read_us if rate_t_read_us is None else rate_t_read_us
+        require_real(c, "rate_t_read_us", rate_t_read_us, 0.0, MAX_US, lo_open=True)
+        require_int(c, "write_window_layers", write_window_layers, 1, MAX_COUNT)
         for name, value in (("balanced_split", balanced_split), ("lookahead", lookahead),
-                            ("shared_array_rate", shared_array_rate)):
+                            ("shared_array_rate", shared_array_rate), ("tr_sets_rate", tr_sets_rate)):
             require(value in (0, 1) and not isinstance(value, bool), c, name, value, "must be 0 or 1")
         require_real(c, "relay_fraction", relay_fraction, 0.0, 1.0)
         place = dash_placement() if place is None else np.asarray(place, np.float64)
@@ -142,7 +151,9 @@ class OrgKnobs:
                    hbf_sram_regions=f(hbf_sram_regions), relay_sram_region_bytes=f(relay_sram_region_bytes),
                    relay_sram_regions=f(relay_sram_regions), place=f(place), balanced_split=f(balanced_split),
                    relay_fraction=f(relay_fraction), lookahead=f(lookahead),
-                   shared_array_rate=f(shared_array_rate), hbf_write_gbps=f(hbf_write_gbps))
+                   shared_array_rate=f(shared_array_rate), hbf_write_gbps=f(hbf_write_gbps),
+                   tr_sets_rate=f(tr_sets_rate), rate_t_read_us=f(rate_t_read_us),
+                   write_window_layers=f(write_window_layers))
 
 
 def _check_place(owner: str, place: np.ndarray) -> None:
@@ -206,7 +217,13 @@ _COMMON_SOURCES = (
     ("balanced_split", "DASH §VI-E: each active expert entirely on Direct or Relay, T = max(T_Direct, T_Relay); "
                        "the balancing rule is hbfjax's (the paper does not state its assignment)"),
     ("lookahead", "DASH §V-C: early selection (turn off for routers with expert-specific bias)"),
-    ("shared_array_rate", "DESIGN.md §4: both paths drain one stack's arrays (physical limit)"),
+    ("shared_array_rate", "DESIGN.md §4: both paths drain one stack's arrays (physical limit); the paper's "
+                          "ratios need each path alone (review 2026-12-02 DASH fidelity §4.1): --array-rate"),
+    ("tr_sets_rate", "DASH §VI-A: one 8 MiB page wave per tR (Fig. 12's 'lower tR ... increases the effective "
+                     "aggregate read bandwidth'); Fig. 11's reductions need tR as a latency only: --tr-model"),
+    ("rate_t_read_us", "DASH §VI-A: the nominal tR = 3 µs (the array rate the latency-only reading keeps)"),
+    ("write_window_layers", "DASH §V-B: programs overlap 'the following attention computation' (one layer); "
+                            "§VI-F's 'alongside independent work' allows more: --write-window-layers"),
 )
 
 
@@ -219,7 +236,7 @@ def _dash_values() -> dict:
         hbm_stacks=hbm.stacks, hbf_stacks=hbf.stacks, hbm_capacity_bytes=hbm.capacity_bytes_per_stack,
         hbm_bw_gbps=hbm.bw_gbps_per_stack, hbf_capacity_bytes=hbf.capacity_bytes / hbf.stacks,
         parallel_units=hbf.parallel_units // hbf.stacks, page_bytes=hbf.page_bytes, t_read_us=hbf.t_read_us,
-        t_prog_us=hbf.t_prog_us,
+        t_prog_us=hbf.t_prog_us, rate_t_read_us=hbf.t_read_us,
         hbf_sram_region_bytes=hbf.sram_bytes_per_stack // hbf.sram_regions_per_stack,
         hbf_sram_regions=hbf.sram_regions_per_stack,
         relay_sram_region_bytes=hbm.relay_sram_bytes_per_stack // hbm.relay_sram_regions_per_stack,

@@ -123,12 +123,14 @@ class CpuKnobs:
     @classmethod
     def make(cls, model: ModelSpec, gpu: str = "h100-pcie", cores: int = 32, system: str = "hybrid", *,
              kv_tokens: int | None = None, cpu: str = "xeon-8452y", pcie: str = "pcie5-x16", cpu_experts: int = 0,
-             resident: int | None = None, memory_utilisation: float = MEMORY_UTILISATION[0]) -> "CpuKnobs":
+             resident: int | None = None, memory_utilisation: float = MEMORY_UTILISATION[0],
+             **cpu_changes) -> "CpuKnobs":
         """Knobs of ``system`` (one of :data:`SYSTEMS`) for ``model`` on the ``gpu`` preset with a cap of
         ``cores`` host cores. ``kv_tokens``: KV tokens the run holds in HBM at most (a fixed batch:
         B × (L_in + L_out); online: slots × the longest request), which sets the resident experts
         (:func:`resident_experts`) unless ``resident`` gives them; ``cpu_experts`` is the fixed split
-        of ``hybrid-split``."""
+        of ``hybrid-split``; ``cpu_changes`` override the CPU's stated rates (``OffloadKnobs.make``:
+        ``memory_efficiency``, ``core_bw_gbps``, ``amx_efficiency``, ``pcie_efficiency``)."""
         c = cls.__name__
         require(isinstance(model, ModelSpec) and model.is_moe, c, "model", getattr(model, "name", model),
                 "must be a MoE ModelSpec")
@@ -140,7 +142,7 @@ class CpuKnobs:
             resident = resident_experts(model, gpu, kv_tokens, util)
         resident = require_int(c, "resident", resident, 0, model.routed_experts)
         return cls(system=jnp.int32(SYSTEMS.index(kind)),
-                   offload=offload.OffloadKnobs.make(cpu, pcie, cores=cores, cpu_experts=cpu_experts),
+                   offload=offload.OffloadKnobs.make(cpu, pcie, cores=cores, cpu_experts=cpu_experts, **cpu_changes),
                    resident_experts=jnp.int32(resident))
 
 

@@ -202,6 +202,20 @@ def write_window_us(times: LayerTimes) -> jax.Array:
     return jnp.where(_WINDOW, times.op_us, 0.0).sum(axis=-1)
 
 
+def _block_excess(need_us, window_us, block_layers) -> jax.Array:
+    """float32[L]: per block of ``block_layers`` consecutive layers, max(Σ need − Σ window, 0) on the
+    block's last layer, 0 on the others (:func:`kv_writes`; one block a layer gives max(need − window, 0))."""
+    layers = need_us.shape[0]
+    index = jnp.arange(layers)
+    n = jnp.maximum(jnp.asarray(block_layers, jnp.float32), 1.0)
+    block = jnp.floor(index / n).astype(jnp.int32)  # int32[L]
+    excess = jnp.maximum(jax.ops.segment_sum(need_us, block, num_segments=layers)
+                         - jax.ops.segment_sum(jnp.broadcast_to(window_us, need_us.shape), block, num_segments=layers),
+                         0.0)  # f32[L] by block
+    last = index == jnp.minimum(((block + 1) * n).astype(jnp.int32) - 1, layers - 1)
+    return jnp.where(last, excess[block], 0.0)
+
+
 def kv_writes(times: LayerTimes, to_hbf_tokens, writeback_tokens, org: OrgKnobs, model: ModelSpec) -> KvWrites:
     """The KV writes of a pass (``kv_tiers.book``'s token counts) laid on its layers.
 
@@ -210,9 +224,12 @@ def kv_writes(times: LayerTimes, to_hbf_tokens, writeback_tokens, org: OrgKnobs,
     page waves, spread over the layers' windows one wave at a time (layer l gets ``W // L`` waves, one
     more while ``l < W mod L``; ``delivery.writeback_write``). The two kinds share a layer's HBF
     programs, so they run one after the other; what exceeds the layer's window
-    (:func:`write_window_us`) is exposed. Writes and reads cross the links in opposite directions and do
-    not compete for them; a program's interference with the same window's HBF reads (plane
-    collisions) is not modelled here."""
+    (:func:`write_window_us`) is exposed. With ``org.write_window_layers = N`` > 1 the layers form
+    blocks of N (the last may be shorter) whose writes may overlap any window of their block: a block
+    exposes what its writes take beyond its windows' sum, booked on its last layer (N = 1 is DASH
+    §V-B's "the following attention computation"; N > 1 reads §VI-F's "alongside independent work" as
+    N layers). Writes and reads cross the links in opposite directions and do not compete for them; a
+    program's interference with the same window's HBF reads (plane collisions) is not modelled here."""
     layers = times.layer_us.shape[0]
     per_layer = float(model.kv_bytes_per_token_layer)
     direct = delivery.prefill_write(jnp.asarray(to_hbf_tokens, jnp.float32) * per_layer, org)
@@ -220,7 +237,7 @@ def kv_writes(times: LayerTimes, to_hbf_tokens, writeback_tokens, org: OrgKnobs,
     waves = jnp.ceil(back_bytes / page_wave_bytes(org))
     share = jnp.floor(waves / layers) + (jnp.arange(layers) < jnp.mod(waves, layers))  # f32[L] waves per layer
     back = delivery.writeback_write(back_bytes * share / jnp.maximum(waves, 1.0), org)  # fields f32[L]
-    stall = jnp.maximum(direct.write_us + back.write_us - write_window_us(times), 0.0)
+    stall = _block_excess(direct.write_us + back.write_us, write_window_us(times), org.write_window_layers)
     return KvWrites(stall_us=stall, program_busy_us=layers * direct.program_busy_us + back.program_busy_us.sum(),
                     direct_bytes=jnp.asarray(to_hbf_tokens, jnp.float32) * float(model.kv_bytes_per_token),
                     writeback_bytes=back_bytes)

@@ -296,7 +296,8 @@ class _Org:
         self.direct = k["hbf_stacks"] * k["direct_gbps"]  # D
         self.relay_links = self.pairs * k["relay_gbps"]  # HBM–HBF links
         self.relay = self.pairs * min(k["relay_gbps"], k["gpu_hbm_gbps"])  # a relay route also crosses GPU–HBM
-        per_tr = k["hbf_stacks"] / (k["t_read_us"] * 1e3)
+        rate_tr = k["t_read_us"] if k["tr_sets_rate"] > 0.5 else k["rate_t_read_us"]  # delivery.rate_t_read_us
+        per_tr = k["hbf_stacks"] / (rate_tr * 1e3)
         self.source = min(k["parallel_units"] * k["page_bytes"] * per_tr, k["hbf_sram_region_bytes"] * per_tr)
         self.shared = k["shared_array_rate"] > 0.5
         self.place = k["place"]
@@ -638,13 +639,18 @@ class ServeStep:
         back_bytes = back * m.kv_token
         waves = math.ceil(back_bytes / org.page_wave)
         writes = {}  # waves in a layer -> (µs, program-busy µs)
+        block = int(self.org.k["write_window_layers"])  # layers whose windows a write may overlap
         stall = busy = scale = 0.0
+        need = room = 0.0
         for i, window in enumerate(windows):
             share = waves // n + (i < waves % n)
             if share not in writes:
                 writes[share] = org.write_us(back_bytes * share / max(waves, 1), org.writeback_route)
             back_us, back_busy = writes[share]
-            stall += max(prefill_us + back_us - window, 0.0)
+            need, room = need + prefill_us + back_us, room + window
+            if (i + 1) % block == 0 or i == n - 1:  # the block's last layer books its excess
+                stall += max(need - room, 0.0)
+                need = room = 0.0
             busy += prefill_busy + back_busy
             if prefill_us + back_us > 0:
                 scale += prefill_us + back_us + window

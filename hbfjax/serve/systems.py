@@ -41,6 +41,18 @@ DASH_GPU = "h100-pcie"  # DASH §VI-A: operators profiled on an H100 PCIe 80 GB
 HBFLEX_GPU = "h200"  # HBFlex §6.1: H200-class accelerators
 KINDS = ("dash", "hbflex", "cpu")
 READS = ("linear", "planes")  # DASH's HBF KV reads at their bytes' rate, or through plane collisions
+# Readings of the DASH paper that it leaves open (review 2026-12-02 DASH fidelity), each an OrgKnobs
+# flag by name; the first is the literal (physical) reading and the default
+ARRAY_RATES = {"shared": 1.0, "per-path": 0.0}  # OrgKnobs.shared_array_rate
+TR_MODELS = {"rate": 1.0, "latency": 0.0}  # OrgKnobs.tr_sets_rate
+FIXED_PREFILL = ("chunked", "whole")  # a fixed batch's prefill: Sarathi chunks, or one pass (whole_prefill)
+
+
+def whole_prefill(prompt: int, slots: int) -> dict:
+    """Batcher settings that prefill every slot's prompt in one chunk in the first pass (a chunk of the
+    whole prompt, a budget of every slot's prompt and decode token): DASH §VI-B's fixed-batch runs, for
+    which the paper states no chunking (LLMSimulator's default budget, 65,536 × 8 tokens, is unchunked)."""
+    return dict(chunk_tokens=prompt, token_budget=slots * prompt + slots)
 
 
 @dataclass(frozen=True, eq=False)
@@ -66,6 +78,8 @@ class Scenario:
     kv_room_bytes: float | None = None  # None: the HBF the weights leave
     label_interval_s: float = 60.0  # lifetime labels (HBFlex §5.4 states none)
     org_changes: tuple = ()  # (name, value) OrgKnobs.make arguments applied to every organisation
+    gpu_changes: tuple = ()  # (name, value) GpuKnobs.make arguments (e.g. launch_us) for every system
+    cpu_changes: tuple = ()  # (name, value) OffloadKnobs.make overrides (memory_efficiency, core_bw_gbps)
     link_gbps: float | None = None  # every D2D link that exists (DASH's organisations)
     page_bytes: int | None = None  # HBF page; the base-die transfer regions scale with it (DASH §VI-F)
     disable: tuple = ()  # HBFlex mechanisms off (hbf_packages.MECHANISMS)
@@ -215,9 +229,14 @@ def _org_changes(scenario: Scenario, base: orgs.OrgKnobs) -> dict:
     return changes
 
 
+def gpu_knobs(scenario: Scenario, gpu: str) -> timing.GpuKnobs:
+    """The GPU preset's knobs with the scenario's changes (``Scenario.gpu_changes``)."""
+    return timing.GpuKnobs.make(gpu, **dict(scenario.gpu_changes))
+
+
 def _hbf_knobs(scenario: Scenario, gpu: str, org: orgs.OrgKnobs, policy) -> engine.ServeKnobs:
     return engine.ServeKnobs.make(
-        org, timing.GpuKnobs.make(gpu), scenario.batcher_knobs, scenario.request_knobs,
+        org, gpu_knobs(scenario, gpu), scenario.batcher_knobs, scenario.request_knobs,
         hbm_kv_budget_bytes=scenario.hbm_kv_budget_bytes, policy=policy, kv_room_bytes=scenario.kv_room_bytes,
         label_interval_s=scenario.label_interval_s, sram_shares=scenario.sram_shares, relax=scenario.relax)
 
@@ -252,8 +271,8 @@ def _cpu_system(name: str) -> System:
         model = scenario.model_spec
         kv_tokens = scenario.slots * scenario.longest_request_tokens()
         cpu = cpu_offload.CpuKnobs.make(model, gpu, scenario.cores, name, kv_tokens=kv_tokens,
-                                        cpu_experts=scenario.cpu_experts)
-        return engine.ServeKnobs.make(None, timing.GpuKnobs.make(gpu), scenario.batcher_knobs, scenario.request_knobs,
+                                        cpu_experts=scenario.cpu_experts, **dict(scenario.cpu_changes))
+        return engine.ServeKnobs.make(None, gpu_knobs(scenario, gpu), scenario.batcher_knobs, scenario.request_knobs,
                                       cpu=cpu)
 
     return System(name, "cpu", knobs, cpu_offload.SOURCES, cpu_offload.DESCRIPTIONS[name])
