@@ -15,6 +15,11 @@ they are used here too): the scenario's defaults, mixed passes, 512-token prefil
 iteration budget (``systems.CHUNK_TOKENS``, ``TOKEN_BUDGET``). On an H100 PCIe (DASH §VI-A,
 ``systems.DASH_GPU``).
 
+Readings (issue 24): every point is served under a :class:`Reading` of the open choices of the paper
+(``hbfjax serve``'s ``--array-rate``, ``--tr-model``, ``--launch-us``, ``--fixed-prefill``,
+``--write-window-layers``): :data:`LITERAL` (the defaults, the physical reading) or one closer to the
+paper's text; a point's row names its reading, and ratios pair rows within one reading.
+
 Ratios (DASH §VI-B): a speedup is DASH's throughput over a baseline's at the same point, an E2E
 reduction is 1 − DASH's E2E over the baseline's; across points both are geometric means of the
 paired ratios (:func:`geomean`, :func:`paired`).
@@ -55,6 +60,33 @@ TOTALS = ("busy_us", "prefill_write_bytes", "writeback_bytes", "write_stall_us",
 
 
 @dataclass(frozen=True)
+class Reading:
+    """A reading of the paper's open choices: OrgKnobs changes (``shared_array_rate``, ``tr_sets_rate``,
+    ``write_window_layers``), GpuKnobs changes (``launch_us``) and the fixed batch's prefill
+    (``systems.FIXED_PREFILL``)."""
+
+    name: str
+    org: tuple[tuple[str, float], ...] = ()
+    gpu: tuple[tuple[str, float], ...] = ()
+    prefill: str = "chunked"
+
+    def __post_init__(self) -> None:
+        require(self.prefill in systems.FIXED_PREFILL, type(self).__name__, "prefill", self.prefill,
+                f"must be one of {systems.FIXED_PREFILL}")
+
+
+LITERAL = Reading("literal")  # shared arrays, tR sets the rate, 4 µs launches, chunked prefill, one-layer window
+PER_PATH = Reading("per-path", org=(("shared_array_rate", 0.0),))  # the arrays limit each path alone
+NO_LAUNCH = Reading("per-path, no launch", org=PER_PATH.org, gpu=(("launch_us", 0.0),))
+# closest to the paper's text for the fixed-batch figures: each path at its links, no launch cost (the paper
+# profiles operators, it adds none), every prompt in one pass (§VI-B states no chunking)
+PAPER = Reading("paper", org=PER_PATH.org, gpu=NO_LAUNCH.gpu, prefill="whole")
+TR_LATENCY = Reading("tR a latency", org=(("tr_sets_rate", 0.0),))  # the arrays keep their rate at 3 µs
+# closest to the paper's text for Fig. 11: PAPER with tR a latency only (its 10.88 % at 32 µs needs it)
+PAPER_TR = Reading("paper, tR a latency", org=PAPER.org + TR_LATENCY.org, gpu=PAPER.gpu, prefill="whole")
+
+
+@dataclass(frozen=True)
 class Point:
     """One knob point: organisation ``org`` with ``changes`` (``OrgKnobs.make`` arguments), serving a
     fixed batch of ``batch`` requests of ``prompt`` → ``output`` tokens; ``system`` names it in the
@@ -66,6 +98,7 @@ class Point:
     output: int
     changes: tuple[tuple[str, float], ...] = ()
     system: str = ""
+    reading: Reading = LITERAL
 
     def __post_init__(self) -> None:
         c = type(self).__name__
@@ -77,27 +110,48 @@ class Point:
             object.__setattr__(self, "system", self.org)
 
 
-def iterations_bound(p: Point) -> int:
+def batcher(p: Point, slots: int) -> dict:
+    """The point's chunk and token budget (``Scenario`` fields): Sarathi's, or its reading's one-pass prefill."""
+    if p.reading.prefill == "whole":
+        return systems.whole_prefill(p.prompt, slots)
+    return dict(chunk_tokens=systems.CHUNK_TOKENS, token_budget=systems.TOKEN_BUDGET)
+
+
+def iterations_bound(p: Point, slots: int | None = None) -> int:
     """An upper bound on the iterations a fixed batch takes: its B·⌈L_in/chunk⌉ prefill chunks, one per request
     per iteration, within the token budget less the B decode tokens reserved first (so at least
     min(B, (budget − B) // chunk) chunks an iteration), then L_out − 1 decode iterations after the last
-    prompt completes (its first token comes with its last chunk)."""
-    chunk, budget = systems.CHUNK_TOKENS, systems.TOKEN_BUDGET
+    prompt completes (its first token comes with its last chunk); ``slots`` (default B) size a one-pass
+    prefill's budget."""
+    b = batcher(p, p.batch if slots is None else slots)
+    chunk, budget = b["chunk_tokens"], b["token_budget"]
     chunks = p.batch * math.ceil(p.prompt / chunk)
     per_iteration = max(1, min(p.batch, (budget - p.batch) // chunk))
     return math.ceil(chunks / per_iteration) + p.output - 1
 
 
-def scenario(model_name: str, p: Point, slots: int, max_iterations: int, scan_chunk: int = 64) -> systems.Scenario:
-    """The point's fixed batch in ``slots`` slots, its organisation changes applied."""
-    return systems.Scenario.fixed_batch(model_name, p.batch, p.prompt, p.output, slots=slots, org_changes=p.changes,
-                                        max_iterations=max_iterations, scan_chunk=scan_chunk)
+def scenario(model_name: str, p: Point, slots: int, max_iterations: int, scan_chunk: int = 64,
+             max_pass_tokens: int | None = None) -> systems.Scenario:
+    """The point's fixed batch in ``slots`` slots under its reading, its organisation changes applied
+    (``max_pass_tokens``: a bound shared by the points of one family)."""
+    return systems.Scenario.fixed_batch(model_name, p.batch, p.prompt, p.output, slots=slots,
+                                        org_changes=p.reading.org + p.changes, gpu_changes=p.reading.gpu,
+                                        max_iterations=max_iterations, scan_chunk=scan_chunk,
+                                        max_pass_tokens=max_pass_tokens, **batcher(p, slots))
+
+
+def pass_bound(points: list[Point], slots: int) -> int:
+    """The most tokens a pass of any of ``points`` holds (their readings' chunks and budgets)."""
+    return max(engine.pass_token_bound(slots, b["chunk_tokens"], b["token_budget"])
+               for b in (batcher(p, slots) for p in points))
 
 
 def family(model_name: str, points: list[Point], slots: int, max_iterations: int, scan_chunk: int = 64
            ) -> systems.Family:
     """Every point as one family (``systems.stack``: one compilation), named by ``Point.system``."""
-    members = [systems.single(p.org, scenario(model_name, p, slots, max_iterations, scan_chunk)) for p in points]
+    bound = pass_bound(points, slots)
+    members = [systems.single(p.org, scenario(model_name, p, slots, max_iterations, scan_chunk, bound))
+               for p in points]
     return systems.stack(members, names=[p.system for p in points])
 
 
@@ -157,7 +211,7 @@ def run_points(model_name: str, points: list[Point], streams: int, seed: int, *,
         raise ConfigError("run_points.points = []: need at least one point")
     model = models.preset(model_name)
     slots = max(p.batch for p in points)
-    need = max(iterations_bound(p) for p in points)
+    need = max(iterations_bound(p, slots) for p in points)
     if max_iterations is None:
         max_iterations = need + ITERATION_MARGIN
     require(max_iterations >= need, "run_points", "max_iterations", max_iterations,
@@ -168,8 +222,8 @@ def run_points(model_name: str, points: list[Point], streams: int, seed: int, *,
     rows = []
     for p, kn, o in zip(points, fam.points, outs):
         s = metrics.summary(report.request_times(o))
-        row = {"model": model_name, "system": p.system, "org": p.org, "batch": p.batch, "prompt": p.prompt, "output": p.output,
-               **{name: value for name, value in p.changes}}
+        row = {"model": model_name, "system": p.system, "org": p.org, "reading": p.reading.name, "batch": p.batch,
+               "prompt": p.prompt, "output": p.output, **{name: value for name, value in p.changes}}
         row.update({key: s[key] for m in METRICS for key in (m, f"ci95_{m}")})
         row.update(iterations=float(np.mean(o.iterations)), overflow=bool(np.any(o.overflow)), streams=streams,
                    kv_bytes=float(model.kv_bytes_per_token * (p.prompt + p.output)), **_totals(o))
