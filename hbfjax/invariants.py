@@ -6,8 +6,8 @@ that overflowed, a ratio over zero samples): the CLI reports it as a ``ConfigErr
 result field, its value and the rule, exit status 2, and prints nothing. The rules:
 
 * every number is finite and >= 0 (no output of ``collide``, ``gc`` or ``writeback`` is signed; a
-  ``tune`` objective and its gap to the grid are, ``SIGNED``); ``None`` only where a key documents it
-  (``NULLABLE``);
+  ``tune`` objective and its gap to the grid are, ``SIGNED``); ``None`` (or NaN, printed as null) only
+  where a key documents it (``NULLABLE``: a value the run could not measure);
 * fractions and probabilities lie in [0, 1];
 * ``mean_waves >= ideal_waves`` and ``amplification >= 1`` (waves are never fewer than a perfectly
   balanced read of the same plane pages);
@@ -35,7 +35,10 @@ NULLABLE = frozenset({"exact_mean_backlog_pages", "exact_p_backlog_positive", "t
                      | {f"{p}{k}" for p in ("", "ci95_") for k in ("waf", "read_wave_amplification",
                                                                     "prefix_hit_tokens_fraction")}
                      # a closed loop whose KV room did not turn over in every stream, or has none (CPU systems)
-                     | {"kv_room_turnover_s"})
+                     | {"kv_room_turnover_s"}
+                     # a run none of whose measured requests decodes (one output token each): no TPOT
+                     | {f"{c}{p}{k}" for c in ("", "ci95_") for p in ("", "p50_", "p90_", "p99_")
+                        for k in ("tpot_ms",)} | {"decode_tokens_per_s", "ci95_decode_tokens_per_s"})
 # tune: an objective to minimise may be a negated throughput, and a tuned point off the grid may beat it
 SIGNED = frozenset({"objective", "grid_best_objective", "gap"})
 FRACTIONS = frozenset({"hot_plane_fraction", "offload_fraction", "p_backlog_positive", "exact_p_backlog_positive",
@@ -65,7 +68,7 @@ def check_result(result: dict) -> None:
     """Raise ``ConfigError`` naming the first field of ``result`` that breaks an invariant."""
     for name, value in _numbers(result):
         leaf = name.rsplit(".", 1)[-1]
-        if value is None:
+        if value is None or (leaf in NULLABLE and isinstance(value, float) and math.isnan(value)):  # not measured
             if leaf not in NULLABLE:
                 _fail(name, value, "must be a number")
             continue

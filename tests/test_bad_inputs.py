@@ -338,3 +338,63 @@ def test_a_serving_level_value_out_of_range_is_one_line_naming_its_option(comman
     out, err = capsys.readouterr()
     lines = err.strip().splitlines()
     assert rc == 2 and out == "" and len(lines) == 1 and flag in lines[0] and "Traceback" not in err, err
+
+
+# --- borderline values a serving option accepts (issue 27) ---------------------------------------
+# Each is a clear one-line error naming what it breaks, or a result that meets the output invariants
+# (``emit`` checks them: a value the run cannot measure is null, never a NaN or a 0). The cases share a
+# few base runs (one compilation each in this process; the values are knobs or lengths).
+_MODEL = ["--model", "mixtral-8x22b", "--streams", "2", "--json"]
+FIXED = ["--system", "dash", "--batch", "1", "--prompt", "64", "--output", "4", *_MODEL]
+POISSON = ["--system", "dash", "--rate", "2", "--requests", "12", "--warmup", "2", "--prompt", "64", "--output", "4",
+           "--slots", "4", *_MODEL]
+CPU = ["--system", "hybrid", "--batch", "1", "--prompt", "64", "--output", "4", *_MODEL]
+BORDERLINE = [  # (base, flag, value, None: a result | text of the one-line error)
+    (FIXED, "--prompt", "1", None), (FIXED, "--output", "1", None), (FIXED, "--chunk-tokens", "1", None),
+    (FIXED, "--token-budget", "1", None), (FIXED, "--t-read-us", "1e-6", None),
+    (FIXED, "--t-read-us", "1e6", "--t-read-us = 1e+06: dash would program a page (tPROG 100 µs) faster than it reads"),
+    (FIXED, "--t-prog-us", "1e-6", "--t-prog-us = 1e-06: dash would program a page"), (FIXED, "--t-prog-us", "1e6", None),
+    (FIXED, "--link-tbps", "1e-9", None), (FIXED, "--link-tbps", "1000", None), (FIXED, "--page-kib", "1", None),
+    (FIXED, "--page-kib", "1024", None), (FIXED, "--hbm-kv-budget-gb", "0", None), (FIXED, "--launch-us", "0", None),
+    (FIXED, "--launch-us", "10000", None), (FIXED, "--write-window-layers", "4096", None),
+    (FIXED, "--seed", "4294967295", None),
+    (POISSON, "--rate", "1e-6", None), (POISSON, "--rate", "1e6", None), (POISSON, "--warmup", "0", None),
+    (POISSON, "--warmup", "11", "--warmup = 11: must be below --requests − 1 = 11 (an arrival window needs at least two"),
+    (POISSON, "--slo-ttft-s", "1e-9", None), (POISSON, "--slo-tpot-ms", "1e9", None), (POISSON, "--slots", "1", None),
+    (POISSON, "--concurrency", "4", "--concurrency = 4.0: needs --trace without --tasks"),
+    (CPU, "--cores", "1", None), (CPU, "--cores", "37", "--cores = 37: must be <= the 36 cores of the host CPU"),
+    (CPU, "--cpu-dram-gbps", "1e-9", None), (CPU, "--cpu-dram-gbps", "307.2", None),
+    (CPU, "--cpu-dram-gbps", "307.3", "--cpu-dram-gbps = 307.3: must be <= the Xeon 8452Y's DDR5-4800 x 8 peak"),
+    (CPU, "--cpu-core-gbps", "10000", None),
+    (["--system", "hybrid-split", *CPU[2:]], "--cpu-experts", "8", None),
+    (["--system", "hybrid-split", *CPU[2:]], "--cpu-experts", "9", "--cpu-experts = 9: must be <= mixtral-8x22b's 8"),
+]
+
+
+@pytest.mark.parametrize("base,flag,value,says", BORDERLINE, ids=[f"{b[1]}{f}={v}" for b, f, v, _ in BORDERLINE])
+def test_a_borderline_serving_value_is_a_valid_result_or_one_clear_line(capsys, base, flag, value, says):
+    rc = main(["serve", *base, flag, value])
+    out, err = capsys.readouterr()
+    if says is None:
+        assert rc == 0, err
+        result = json.loads(out)
+        check_result(result)
+        rows = result.get("systems", [result])
+        assert all(not r["overflow"] for r in rows)
+        if flag == "--output":  # one token a request: nothing decodes, so no TPOT was measured
+            assert all(r["tpot_ms"] is None and r["decode_tokens_per_s"] is None for r in rows)
+        return
+    lines = err.strip().splitlines()
+    assert rc == 2 and out == "" and len(lines) == 1 and says in lines[0] and "Traceback" not in err, err
+
+
+def test_a_sweep_over_readings_and_a_one_token_output_has_no_failed_row(tmp_path, capsys):
+    table = tmp_path / "t.csv"
+    assert main(["sweep", "--out", str(table), "--vary", "array-rate=shared,per-path", "--vary", "output=1,4", "serve",
+                 *[a for a in FIXED if a not in ("--output", "4", "--json")]]) == 0
+    capsys.readouterr()
+    import pandas as pd
+
+    rows = pd.read_csv(table)
+    assert len(rows) == 4 and set(rows.status) == {"ok"}
+    assert rows[rows.output == 1].tpot_ms.isna().all() and rows[rows.output == 4].tpot_ms.notna().all()

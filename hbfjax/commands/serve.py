@@ -103,7 +103,7 @@ def register(subparsers) -> None:
                    help="replay a request trace (arrivals and lengths; a path or a name from `hbfjax traces`)")
     w.add_argument("--rate-factor", type=number(float, 0.0, 1e3, lo_open=True), default=None,
                    help="with --trace: divide the trace's time axis by this (default 1)")
-    w.add_argument("--concurrency", type=number(float, 0.0, 1e6, lo_open=True), default=None,
+    w.add_argument("--concurrency", type=number(float, 0.0, float(names.MAX_REQUESTS), lo_open=True), default=None,
                    help="with --trace: resample its sessions (bootstrap) with session starts at the rate that keeps "
                         "this many sessions open on average (HBFlex Fig. 16: concurrent SWE-bench tasks)")
     w.add_argument("--tasks", type=number(int, 1, 2**14), default=None,
@@ -298,6 +298,8 @@ def scenario(args):
     for m in common["disable"]:
         if m not in names.MECHANISMS:
             raise ConfigError(f"--disable {m!r}: must be among {names.MECHANISMS}")
+    _check_nand_times(args)
+    _check_cpu_counts(args, model)
     if workload == "batch":
         batch = args.batch or 4
         slots = args.slots or batch
@@ -308,8 +310,9 @@ def scenario(args):
         return _closed_loop(args, model, common)
     requests = args.requests or 1152
     warmup = 128 if args.warmup is None else args.warmup
-    if warmup >= requests:
-        raise ConfigError(f"--warmup = {warmup}: must be below --requests = {requests}")
+    if warmup >= requests - 1:
+        raise ConfigError(f"--warmup = {warmup}: must be below --requests − 1 = {requests - 1} (an arrival window "
+                          "needs at least two measured requests)")
     slots = args.slots or 32
     if workload == "poisson":
         rate = 1.0 if args.rate is None else args.rate
@@ -318,6 +321,40 @@ def scenario(args):
     inputs = rq.TraceInputs.from_trace(traces.load_trace(traces.resolve(args.trace)), requests)
     return systems.Scenario.replay(model, inputs, requests, slots=slots, rate_factor=args.rate_factor or 1.0,
                                    concurrency=args.concurrency, warmup=warmup, **common)
+
+
+def _check_nand_times(args) -> None:
+    """tPROG >= tR for every organisation served, naming the option(s) given and the defaults they meet."""
+    from hbfjax.memory import hbf_packages
+    from hbfjax.memory import organisations as orgs
+    from hbfjax.serve import systems
+
+    if args.t_read_us is None and args.t_prog_us is None:
+        return
+    for name in args.system:
+        kind = systems.system(name).kind
+        if kind == "cpu":
+            continue
+        org = orgs.organisation(name) if kind == "dash" else hbf_packages.package(name).org
+        t_read = float(org.t_read_us) if args.t_read_us is None else args.t_read_us
+        t_prog = float(org.t_prog_us) if args.t_prog_us is None else args.t_prog_us
+        if t_prog < t_read:
+            given = " and ".join(f"{flag} = {v:g}" for flag, v in (("--t-read-us", args.t_read_us),
+                                                                    ("--t-prog-us", args.t_prog_us)) if v is not None)
+            raise ConfigError(f"{given}: {name} would program a page (tPROG {t_prog:g} µs) faster than it reads one "
+                              f"(tR {t_read:g} µs); a NAND program is slower than a read")
+
+
+def _check_cpu_counts(args, model) -> None:
+    """--cores within the host CPU's cores, --cpu-experts within the model's routed experts."""
+    from hbfjax.memory import cpus
+
+    host = cpus.cpu_preset("xeon-8452y")
+    if args.cores is not None and args.cores > host.cores:
+        raise ConfigError(f"--cores = {args.cores}: must be <= the {host.cores} cores of the host CPU (Xeon 8452Y)")
+    if args.cpu_experts is not None and model.is_moe and args.cpu_experts > model.routed_experts:
+        raise ConfigError(f"--cpu-experts = {args.cpu_experts}: must be <= {args.model}'s {model.routed_experts} routed "
+                          "experts per layer")
 
 
 def _cpu_changes(args) -> tuple:
