@@ -398,3 +398,18 @@ def test_a_sweep_over_readings_and_a_one_token_output_has_no_failed_row(tmp_path
     rows = pd.read_csv(table)
     assert len(rows) == 4 and set(rows.status) == {"ok"}
     assert rows[rows.output == 1].tpot_ms.isna().all() and rows[rows.output == 4].tpot_ms.notna().all()
+
+
+@pytest.mark.parametrize("argv", [
+    ["sweep", "--points-per-call", "1", "--vary", "spare-factor=0.1,0.2", "gc", "--blocks", "64", "--pages-per-block",
+     "16", "--streams", "2", "--drive-writes", "0.5", "--warmup-drive-writes", "0", "--out", "{d}/a.csv"],
+    ["sweep", "--points-per-call", "4096", "--vary", "spare-factor=0.1,0.2", "gc", "--blocks", "64", "--pages-per-block",
+     "16", "--streams", "2", "--drive-writes", "0.5", "--warmup-drive-writes", "0", "--out", "{d}/b.csv"],
+    ["profile", "--model", "mixtral-8x22b", "--max-tokens", "1", "--max-context", "1", "--warmup", "0", "--repeats", "1",
+     "--out", "{d}/p.csv"],
+    ["models", "--kv-bytes-per-element", "1e-9", "--json"], ["models", "--kv-bytes-per-element", "8", "--json"],
+])
+def test_borderline_values_of_the_other_serving_commands_run(capsys, tmp_path, argv):
+    assert main([a.format(d=tmp_path) for a in argv]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert out.strip() and "Traceback" not in out
