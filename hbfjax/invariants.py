@@ -38,7 +38,9 @@ NULLABLE = frozenset({"exact_mean_backlog_pages", "exact_p_backlog_positive", "t
                      | {"kv_room_turnover_s"}
                      # a run none of whose measured requests decodes (one output token each): no TPOT
                      | {f"{c}{p}{k}" for c in ("", "ci95_") for p in ("", "p50_", "p90_", "p99_")
-                        for k in ("tpot_ms",)} | {"decode_tokens_per_s", "ci95_decode_tokens_per_s"})
+                        for k in ("tpot_ms",)} | {"decode_tokens_per_s", "ci95_decode_tokens_per_s"}
+                     # hbfjax disturb: a run that erased no block bounds no lifetime (lifetime_note says why)
+                     | {f"{c}{k}" for c in ("", "ci95_") for k in ("lifetime_years", "worst_block_lifetime_years")})
 # tune: an objective to minimise may be a negated throughput, and a tuned point off the grid may beat it
 SIGNED = frozenset({"objective", "grid_best_objective", "gap"})
 FRACTIONS = frozenset({"hot_plane_fraction", "offload_fraction", "p_backlog_positive", "exact_p_backlog_positive",

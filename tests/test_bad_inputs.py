@@ -18,12 +18,14 @@ from hbfjax.invariants import check_result
 from hbfjax.flash.programs import backlog as bl
 from hbfjax.validate import ConfigError
 
-COMMANDS = ("collide", "gc", "writeback")
+COMMANDS = ("collide", "gc", "writeback", "disturb")
 # tiny runs: two streams, a few planes, blocks and iterations
 BASE = {
     "collide": ["--planes", "8", "--streams", "2", "--json"],
     "gc": ["--blocks", "16", "--pages-per-block", "4", "--spare-factor", "0.4", "--streams", "2", "--json"],
     "writeback": ["--layers", "2", "--iterations", "4", "--streams", "2", "--json"],
+    "disturb": ["--planes", "2", "--blocks", "32", "--free-blocks-per-plane", "4", "--pages-per-block", "8",
+                "--read-disturb-reads", "1000", "--reads-per-s", "2000", "--hours", "1", "--streams", "2", "--json"],
 }
 _ATTENTION = ["--workload", "attention", "--slots", "2", "--max-context-tokens", "64", "--chunk-tokens", "32",
               "--measurements", "1", "--context-tokens-mean", "40"]

@@ -1,0 +1,5 @@
+"""Read disturb and refresh (issue 26): per-block read counters, read reclaim and time-based refresh.
+
+``reclaim`` (the mechanism for one stream: counters, relocation, refresh, plane time, ``simulate`` for
+``hbfjax.batch.run``) and ``reference`` (a sequential NumPy version of the same step, for the tests).
+"""
