@@ -532,9 +532,17 @@ def warnings_of(result: dict) -> list[str]:
                          "page is the KV room's share of a plane: a small --kv-room-gb makes every chunk many pages)")
         if (row.get("capped_plane_writes") or 0) > 0:
             lines.append(f"{row.get('system', '')}: capped_plane_writes = {row['capped_plane_writes']:g}: chunks sent a "
-                         "sampled plane more pages than it programs in one chunk, and the rest waited for the next, so "
-                         "WAF and GC time lag the run (a small --kv-room-gb makes every chunk many pages)")
+                         f"sampled plane more pages than the store simulates a plane programming in one chunk "
+                         f"({_plane_writes_per_chunk()}, a bound of the simulation, not of the flash), and the rest "
+                         "waited for the next, so WAF and GC time lag the run (long prompts striped over one plane "
+                         "group, or a small --kv-room-gb, which makes every chunk many pages, send a plane that many)")
     return lines
+
+
+def _plane_writes_per_chunk() -> int:
+    from hbfjax.serve.parts.blocks import BlocksConfig
+
+    return BlocksConfig().plane_writes_per_chunk
 
 
 def run(args) -> int:
