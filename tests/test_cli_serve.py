@@ -126,7 +126,7 @@ def test_serve_online_reports_littles_law_and_saturation(capsys):
 
 def test_serve_refuses_bad_and_ignored_options(capsys):
     refusals = [
-        (["--rate", "2", "--requests", "8", "--warmup", "8"], "--warmup = 8: must be below --requests = 8"),
+        (["--rate", "2", "--requests", "8", "--warmup", "8"], "--warmup = 8: must be below --requests − 1 = 7"),
         (["--system", "dash", "dash"], "each system once"),
         (["--system", "hybrid", "--model", "llama3-8b"], "serve MoE models (llama3-8b is dense)"),
         (["--link-tbps", "0"], "--link-tbps = 0: must be in (0, 1000]"),
