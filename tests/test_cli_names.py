@@ -8,7 +8,7 @@ from hbfjax.flash.erase import kv_lifetimes
 from hbfjax.flash.programs import backlog as bl
 from hbfjax.flash.programs import writeback as wb
 from hbfjax.flash.reads import collide, workingset
-from hbfjax.memory import hbf_packages
+from hbfjax.memory import hbf_packages, hbf_parts
 from hbfjax.memory import organisations as orgs
 from hbfjax.serve import cpu_offload, systems
 from hbfjax.serve.state import MODES
@@ -49,7 +49,7 @@ def test_the_other_subcommands_choices_and_bounds_equal_the_registries():
         "PROFILE_PREFILL_CHUNK": profiler.PREFILL_CHUNK, "PROFILE_QUICK_TOKENS": profiler.QUICK_TOKENS,
         "PROFILE_QUICK_CONTEXTS": profiler.QUICK_CONTEXTS, "PROFILE_QUICK_CHUNK": profiler.QUICK_CHUNK,
         "TUNE_PROBLEMS": problems.NAMES, "ESTIMATORS": ESTIMATORS,
-        "TRACE_BASE_URL_ENV": trace_fetch.BASE_URL_ENV,
+        "TRACE_BASE_URL_ENV": trace_fetch.BASE_URL_ENV, "HBF_PARTS": tuple(hbf_parts.PARTS),
     }
     assert {k: v for k, v in pairs.items() if not _same(getattr(names, k), v)} == {}
     for k in ("MAX_REQUESTS", "MAX_TOKENS"):

@@ -23,6 +23,9 @@ MECHANISMS = ("placement", "balancing", "scheduling", "writeback", "reclamation"
 MAX_REQUESTS = 2**17  # workload.requests.MAX_REQUESTS
 MAX_TOKENS = 2**24  # workload.requests.MAX_TOKENS
 
+# collide, gc, serve (--hbf)
+HBF_PARTS = ("ocp-hbf-v0.7", "sandisk-gen1", "slc-96l")  # tuple(memory.hbf_parts.PARTS)
+
 # collide
 PLACEMENTS = ("random", "isolated", "plane-group")  # flash.reads.collide.PLACEMENTS
 MAX_PLANES = 2**24  # flash.reads.collide.MAX_PLANES

@@ -33,6 +33,41 @@ def add_preset_arg(parser: argparse.ArgumentParser) -> None:
                         help="take hardware values (planes, tR, tPROG, SRAM, ...) from a named preset")
 
 
+def add_hbf_args(parser, *, times: tuple[str, ...] = ("t_read_us", "t_prog_us"), stacks: bool = False) -> None:
+    """--hbf PART (``hbfjax.memory.hbf_parts``), --read-units-per-die and, where the command has none, the
+    --t-read-us/--t-prog-us options (``times``) that fill a part's unstated values or override its own."""
+    from hbfjax.commands import _choices as names
+
+    g = parser.add_argument_group("HBF part from a public specification (--hbf; issue 25)")
+    g.add_argument("--hbf", choices=names.HBF_PARTS, default=None, metavar="PART",
+                   help="take the HBF stack's geometry and timing from a part: " + ", ".join(names.HBF_PARTS))
+    g.add_argument("--read-units-per-die", type=number(int, 1, 2**16), default=None,
+                   help="with --hbf: planes × subarrays per die, for a part that states none (or to override it)")
+    if "t_read_us" in times:
+        g.add_argument("--t-read-us", type=number(float, 0.0, 1e6, lo_open=True), default=None,
+                       help="with --hbf: tR in µs, for a part that states none (or to override it)")
+    if "t_prog_us" in times:
+        g.add_argument("--t-prog-us", type=number(float, 0.0, 1e6, lo_open=True), default=None,
+                       help="with --hbf: tPROG in µs, for a part that states none (or to override it)")
+    if stacks:
+        g.add_argument("--hbf-stacks", type=number(int, 1, 64), default=None,
+                       help="with --hbf: stacks of the part in the package (default 1)")
+
+
+def hbf_part(args, need: tuple[str, ...], only_with_hbf: tuple[str, ...] = ("read_units_per_die", "hbf_stacks")):
+    """The resolved ``--hbf`` part (None without --hbf); the options in ``only_with_hbf`` are refused without it."""
+    if args.hbf is None:
+        for dest in only_with_hbf:
+            if getattr(args, dest, None) is not None:
+                raise ConfigError(f"{flag(dest)} = {getattr(args, dest)!r}: applies only with --hbf")
+        return None
+    from hbfjax.memory import hbf_parts
+
+    return hbf_parts.resolve(args.hbf, t_read_us=getattr(args, "t_read_us", None),
+                             t_prog_us=getattr(args, "t_prog_us", None),
+                             read_units_per_die=args.read_units_per_die, need=need)
+
+
 def flag(dest: str) -> str:
     """The command-line spelling of an ``args`` attribute: ``pages_per_block`` -> ``--pages-per-block``."""
     return "--" + dest.replace("_", "-")

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 
 from hbfjax.commands import _choices as names
-from hbfjax.commands._common import add_common_args, add_preset_arg, blame, emit, preset_or_none, require_applies
+from hbfjax.commands._common import (add_common_args, add_hbf_args, add_preset_arg, blame, emit, hbf_part,
+                                     preset_or_none, require_applies)
 from hbfjax.hardware import preset
-from hbfjax.validate import number
+from hbfjax.validate import ConfigError, number
 
 HELP = "plane collisions of HBF reads: waves, amplification, hot-plane offload"
 DESCRIPTION = """\
@@ -23,6 +24,10 @@ waves / ceil(pages / planes). Two workloads:
 Examples:
   hbfjax collide --planes 3072 --pages 3072 --placement random --json
   hbfjax collide --preset hbflex --pages 3072 --placement plane-group --group-size 32 --pages-per-logical 4
+  hbfjax collide --hbf ocp-hbf-v0.7 --t-read-us 4 --read-units-per-die 32 --json
+
+--hbf PART (instead of --preset) takes planes = --hbf-stacks × dies × read units per die, tR, the page and
+the read rate min(arrays, interface) from the part; the JSON's hbf_part gives every value's source.
   hbfjax collide --workload attention --preset hbflex --trace swebench_miniswe_agent.csv \\
       --model-kv-bytes-per-token 1024 --placement plane-group --schedule placement-aware --offload-fraction 0.1
 """
@@ -87,6 +92,7 @@ def register(subparsers) -> None:
                    help="copies of the shared prefix in distinct groups (with --shared-prefix-tokens) [1]")
     a.add_argument("--measurements", type=INT(), default=None,
                    help=f"attention reads measured per stream [{d['measurements']}]")
+    add_hbf_args(p, times=("t_read_us",), stacks=True)
     add_common_args(p, default_streams=256)
     p.set_defaults(func=run)
 
@@ -111,9 +117,23 @@ def _check_options(args) -> None:
         args.pages = READ_DEFAULT_PAGES
 
 
+def _part_spec(args):
+    """The ``--hbf`` part as a one-package system (``--hbf-stacks`` stacks, default 1), or None."""
+    from hbfjax.hardware import SystemSpec
+    from hbfjax.memory import hbf_parts
+
+    if args.hbf is not None and args.preset is not None:
+        raise ConfigError(f"--hbf {args.hbf} and --preset {args.preset}: give one (each sets the HBF geometry)")
+    part = hbf_part(args, need=("t_read_us", "read_units_per_die"),
+                    only_with_hbf=("read_units_per_die", "hbf_stacks", "t_read_us"))
+    if part is None:
+        return None, None
+    return part, SystemSpec(name=part.name, hbf=hbf_parts.to_hbf_spec(part, args.hbf_stacks or 1))
+
+
 def _planes_and_block(args) -> tuple[int, int, object]:
     # without --preset the HBFlex package supplies what the flags leave open (3,072 planes, tR 4 µs, ...)
-    spec = preset_or_none(args.preset) or preset("hbflex")
+    spec = args.part_spec or preset_or_none(args.preset) or preset("hbflex")
     planes = spec.hbf.parallel_units if args.planes is None else args.planes
     block = spec.hbf.pages_per_block if args.pages_per_block is None else args.pages_per_block
     return planes, block, spec
@@ -143,14 +163,19 @@ def compute(args) -> dict:
     from hbfjax.flash.reads import collide
 
     _check_options(args)
+    part, args.part_spec = _part_spec(args)
     planes, block, spec = _planes_and_block(args)
     group = planes if args.group_size is None else args.group_size
     with blame(args, "planes", "group_size"):
         collide.check_group_size(planes, group)
     page_bytes = spec.hbf.page_bytes
     if args.workload == "read":
-        return _read(args, planes, block, group, spec, page_bytes)
-    return _attention(args, planes, block, group, page_bytes)
+        out = _read(args, planes, block, group, spec, page_bytes)
+    else:
+        out = _attention(args, planes, block, group, page_bytes)
+    if part is not None:
+        out["hbf_part"] = {**part.report(), "stacks": args.hbf_stacks or 1}
+    return out
 
 
 def _read(args, planes, block, group, spec, page_bytes) -> dict:

@@ -6,9 +6,9 @@ import argparse
 import math
 
 from hbfjax.commands import _choices as names
-from hbfjax.commands._common import PRESET_NAMES, add_common_args, blame, emit, require_applies
+from hbfjax.commands._common import PRESET_NAMES, add_common_args, add_hbf_args, blame, emit, hbf_part, require_applies
 from hbfjax.hardware import preset
-from hbfjax.validate import number, require
+from hbfjax.validate import ConfigError, number, require
 
 TB = 1e12
 
@@ -22,6 +22,8 @@ EPILOG = """units and definitions:
   effective_spare_factor excludes the free reserve and open blocks (pages not in circulation).
   lifetime: DASH §VI-H  C_KV*E_SLC/(A_W*R_HBF*u) and HBFlex §3.3  P/E*capacity/(daily writes*WAF), on the
   preset's capacity and P/E cycles, at --daily-write-tb TB (1e12 B) of host KV writes per day.
+  --hbf PART replaces the preset with --hbf-stacks stacks (default 1) of the part: page bytes, tPROG,
+  capacity, P/E cycles and the planes of a page wave; the JSON's hbf_part gives each value's source.
 example:
   hbfjax gc --blocks 256 --pages-per-block 32 --spare-factor 0.15 --victim greedy --workload uniform --json"""
 
@@ -42,8 +44,8 @@ def register(subparsers) -> None:
     g.add_argument("--pages-per-block", type=INT(), default=32, help="pages per block (default 32)")
     g.add_argument("--spare-factor", type=FRACTION, default=0.15,
                    help="fraction of physical pages not backing logical pages, in (0, 1) (default 0.15)")
-    g.add_argument("--preset", choices=PRESET_NAMES, default="hbflex",
-                   help="hardware preset for page size, tPROG, capacity and P/E cycles (default hbflex)")
+    g.add_argument("--preset", choices=PRESET_NAMES, default=None,
+                   help="hardware preset for page size, tPROG, capacity and P/E cycles (default hbflex; or --hbf)")
     g = p.add_argument_group("policy")
     g.add_argument("--victim", choices=["greedy", "fifo", "random"], default="greedy", help="GC victim policy")
     g.add_argument("--allocation", choices=list(names.ALLOCATIONS), default=None,
@@ -81,6 +83,7 @@ def register(subparsers) -> None:
     g.add_argument("--trace", default=None, help="kv: replay a trace file (Azure/Mooncake/SWE-bench/Bailian)")
     g.add_argument("--daily-write-tb", type=number(float, 0.0, lo_open=True), default=8.37,
                    help="host KV writes per day for the lifetime, TB (default 8.37: HBFlex §3.3 DeepSeek-V3)")
+    add_hbf_args(p, stacks=True)
     add_common_args(p, default_streams=64)
     p.set_defaults(func=main)
 
@@ -188,7 +191,16 @@ def compute(args) -> dict:
 
     _check_options(args)
     # configuration errors (ConfigError) reach hbfjax.cli, which prints them and exits with status 2
-    hbf = preset(args.preset).hbf
+    if args.hbf is not None and args.preset is not None:
+        raise ConfigError(f"--hbf {args.hbf} and --preset {args.preset}: give one (each sets the HBF geometry)")
+    part = hbf_part(args, need=("t_read_us", "t_prog_us", "read_units_per_die"),
+                    only_with_hbf=("read_units_per_die", "hbf_stacks", "t_read_us", "t_prog_us"))
+    if part is None:
+        hbf = preset(args.preset or "hbflex").hbf
+    else:
+        from hbfjax.memory import hbf_parts
+
+        hbf = hbf_parts.to_hbf_spec(part, args.hbf_stacks or 1)
     res, blocks = _kv(args, args.streams) if args.workload == "kv" else _overwrite(args, args.streams)
     res["migrated_bytes"] = res["migrated_pages"] * hbf.page_bytes
     # Migrated pages are programs: plane-busy time at tPROG each, and as full page waves.
@@ -199,4 +211,6 @@ def compute(args) -> dict:
     res["lifetime_dash"] = endurance.dash_lifetime(hbf.capacity_bytes, hbf.pe_cycles, waf, daily / 86400.0)
     res["lifetime_hbflex"] = endurance.hbflex_budget(hbf.capacity_bytes, hbf.pe_cycles, 5.0, daily, waf)
     res["lifetime_years"] = res["lifetime_hbflex"]["lifetime_years"]
+    if part is not None:
+        res["hbf_part"] = {**part.report(), "stacks": args.hbf_stacks or 1}
     return res

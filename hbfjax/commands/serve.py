@@ -8,7 +8,7 @@ import argparse
 import dataclasses
 import sys
 
-from hbfjax.commands._common import add_common_args, emit, text_file
+from hbfjax.commands._common import add_common_args, add_hbf_args, emit, hbf_part, text_file
 from hbfjax.commands import _choices as names
 from hbfjax.validate import ConfigError, number
 
@@ -197,6 +197,7 @@ def register(subparsers) -> None:
     c.add_argument("--cpu-core-gbps", type=number(float, 0.0, 1e4, lo_open=True), default=None,
                    help="DRAM rate one core streams alone in GB/s (default 25.6, estimated from its outstanding "
                         "misses; 38.4 = the 307.2 GB/s peak over the eight cores that saturate it in DASH Fig. 10(a))")
+    add_hbf_args(p, times=())  # --hbf, --read-units-per-die; --t-read-us/--t-prog-us above fill or override
     add_common_args(p, default_streams=64)
     p.set_defaults(func=run)
 
@@ -281,6 +282,7 @@ def scenario(args):
                                              systems.TR_MODELS[args.tr_model]),
                                             ("write_window_layers", args.write_window_layers))
                         if v is not None)
+    org_changes += _part_changes(args)
     gpu_changes = () if args.launch_us is None else (("launch_us", args.launch_us),)
     cpu_changes = _cpu_changes(args)
     slo = None if args.slo_ttft_s is None and args.slo_tpot_ms is None else metrics.Slo(args.slo_ttft_s, args.slo_tpot_ms)
@@ -323,13 +325,52 @@ def scenario(args):
                                    concurrency=args.concurrency, warmup=warmup, **common)
 
 
+HBF_PART_FIELDS = ("parallel_units", "page_bytes", "t_read_us", "t_prog_us", "hbf_capacity_bytes")
+
+
+def _part(args):
+    return hbf_part(args, need=("t_read_us", "t_prog_us", "read_units_per_die"))
+
+
+def _part_changes(args) -> tuple:
+    """--hbf: the part's per-stack values for every organisation served (OrgKnobs.make's parallel_units,
+    page_bytes, t_read_us, t_prog_us and hbf_capacity_bytes, all per stack); each organisation keeps its
+    stack count. An organisation whose stack is not one whole preset stack (a share, or a merged pair) is
+    refused: a part is one whole stack."""
+    from hbfjax import hardware
+    from hbfjax.memory import hbf_packages
+    from hbfjax.memory import organisations as orgs
+    from hbfjax.serve import systems
+
+    part = _part(args)
+    if part is None:
+        return ()
+    if args.page_kib is not None:
+        raise ConfigError(f"--page-kib = {args.page_kib} and --hbf {args.hbf}: give one (the part states its page)")
+    for name in args.system:
+        kind = systems.system(name).kind
+        if kind == "cpu":
+            continue
+        org = orgs.organisation(name) if kind == "dash" else hbf_packages.package(name).org
+        stack = hardware.preset("dash" if kind == "dash" else "hbflex").hbf
+        whole = (float(org.parallel_units) == stack.parallel_units // stack.stacks
+                 and abs(float(org.hbf_capacity_bytes) - stack.capacity_bytes / stack.stacks) <= 1e-6 * stack.capacity_bytes)
+        if not whole:
+            raise ConfigError(f"--hbf {args.hbf}: {name}'s HBF stack is not one whole stack of its preset "
+                              f"({float(org.parallel_units):g} units, {float(org.hbf_capacity_bytes):.4g} B), and a part "
+                              "is one whole stack; serve it without --hbf")
+    return (("parallel_units", part.units_per_stack), ("page_bytes", part.part.page_bytes),
+            ("t_read_us", part.t_read_us), ("t_prog_us", part.t_prog_us),
+            ("hbf_capacity_bytes", float(part.part.capacity_bytes_per_stack)))
+
+
 def _check_nand_times(args) -> None:
     """tPROG >= tR for every organisation served, naming the option(s) given and the defaults they meet."""
     from hbfjax.memory import hbf_packages
     from hbfjax.memory import organisations as orgs
     from hbfjax.serve import systems
 
-    if args.t_read_us is None and args.t_prog_us is None:
+    if (args.t_read_us is None and args.t_prog_us is None) or args.hbf is not None:  # --hbf: checked by the part
         return
     for name in args.system:
         kind = systems.system(name).kind
@@ -455,6 +496,9 @@ def plan(args) -> tuple[dict, list]:
               "readings": readings(args, {systems.system(n).kind for n in args.system})}
     if args.reads != "linear":
         header["reads"] = args.reads
+    if args.hbf is not None:
+        header["hbf_part"] = {**_part(args).report(), "stacks": "each organisation's own (dash 2, hbflex 6, ...): "
+                              "the part replaces its per-stack HBF"}
     if sc.requests.closed_loop:
         header.update(closed_loop=True, data_parallel=args.data_parallel or 1,
                       tasks_total=sc.requests.tasks * (args.data_parallel or 1),
