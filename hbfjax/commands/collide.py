@@ -25,11 +25,11 @@ Examples:
   hbfjax collide --planes 3072 --pages 3072 --placement random --json
   hbfjax collide --preset hbflex --pages 3072 --placement plane-group --group-size 32 --pages-per-logical 4
   hbfjax collide --hbf ocp-hbf-v0.7 --t-read-us 4 --read-units-per-die 32 --json
+  hbfjax collide --workload attention --preset hbflex --trace swebench_miniswe_agent.csv \\
+      --model-kv-bytes-per-token 1024 --placement plane-group --schedule placement-aware --offload-fraction 0.1
 
 --hbf PART (instead of --preset) takes planes = --hbf-stacks × dies × read units per die, tR, the page and
 the read rate min(arrays, interface) from the part; the JSON's hbf_part gives every value's source.
-  hbfjax collide --workload attention --preset hbflex --trace swebench_miniswe_agent.csv \\
-      --model-kv-bytes-per-token 1024 --placement plane-group --schedule placement-aware --offload-fraction 0.1
 """
 
 
