@@ -325,9 +325,6 @@ def scenario(args):
                                    concurrency=args.concurrency, warmup=warmup, **common)
 
 
-HBF_PART_FIELDS = ("parallel_units", "page_bytes", "t_read_us", "t_prog_us", "hbf_capacity_bytes")
-
-
 def _part(args):
     return hbf_part(args, need=("t_read_us", "t_prog_us", "read_units_per_die"))
 
@@ -338,7 +335,7 @@ def _part_changes(args) -> tuple:
     stack count. An organisation whose stack is not one whole preset stack (a share, or a merged pair) is
     refused: a part is one whole stack."""
     from hbfjax import hardware
-    from hbfjax.memory import hbf_packages
+    from hbfjax.memory import hbf_packages, hbf_parts
     from hbfjax.memory import organisations as orgs
     from hbfjax.serve import systems
 
@@ -359,9 +356,7 @@ def _part_changes(args) -> tuple:
             raise ConfigError(f"--hbf {args.hbf}: {name}'s HBF stack is not one whole stack of its preset "
                               f"({float(org.parallel_units):g} units, {float(org.hbf_capacity_bytes):.4g} B), and a part "
                               "is one whole stack; serve it without --hbf")
-    return (("parallel_units", part.units_per_stack), ("page_bytes", part.part.page_bytes),
-            ("t_read_us", part.t_read_us), ("t_prog_us", part.t_prog_us),
-            ("hbf_capacity_bytes", float(part.part.capacity_bytes_per_stack)))
+    return hbf_parts.org_changes(part)
 
 
 def _check_nand_times(args) -> None:

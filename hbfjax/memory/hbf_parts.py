@@ -243,6 +243,13 @@ def resolve(name: str, *, t_read_us=None, t_prog_us=None, read_units_per_die=Non
     return r
 
 
+def org_changes(r: ResolvedPart) -> tuple:
+    """``OrgKnobs.make`` changes that put the part in each HBF stack of an organisation (per stack: read units,
+    page, tR, tPROG, capacity; the organisation keeps its stack count, links and SRAM regions)."""
+    return (("parallel_units", r.units_per_stack), ("page_bytes", r.part.page_bytes), ("t_read_us", r.t_read_us),
+            ("t_prog_us", r.t_prog_us), ("hbf_capacity_bytes", float(r.part.capacity_bytes_per_stack)))
+
+
 def to_hbf_spec(r: ResolvedPart, stacks: int = 1, *, sram_bytes_per_stack: int = 0) -> hardware.HbfSpec:
     """``stacks`` stacks of the part as an ``HbfSpec`` (read units as planes, one subarray each; the read rate
     the effective min(array, interface)). Without tPROG (a reads-only command) tPROG is set to tR, unused."""
