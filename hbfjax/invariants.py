@@ -6,8 +6,9 @@ that overflowed, a ratio over zero samples): the CLI reports it as a ``ConfigErr
 result field, its value and the rule, exit status 2, and prints nothing. The rules:
 
 * every number is finite and >= 0 (no output of ``collide``, ``gc`` or ``writeback`` is signed; a
-  ``tune`` objective and its gap to the grid are, ``SIGNED``); ``None`` (or NaN, printed as null) only
-  where a key documents it (``NULLABLE``: a value the run could not measure);
+  ``tune`` objective and its gap to the grid are, ``SIGNED``); ``None`` only where a key documents it
+  (``NULLABLE``: a value the run could not measure), NaN only for a run's TPOT and decode rate when none of
+  its requests decodes (``NO_DECODE``, printed as null);
 * fractions and probabilities lie in [0, 1];
 * ``mean_waves >= ideal_waves`` and ``amplification >= 1`` (waves are never fewer than a perfectly
   balanced read of the same plane pages);
@@ -26,6 +27,10 @@ import numpy as np
 
 from hbfjax.validate import ConfigError
 
+# a serving run none of whose measured requests decodes (one output token each) has no TPOT and no decode
+# rate: the metrics compute them as NaN (0 / 0), which only these keys may carry, printed as null
+NO_DECODE = frozenset({f"{c}{p}tpot_ms" for c in ("", "ci95_") for p in ("", "p50_", "p90_", "p99_")}
+                      | {"decode_tokens_per_s", "ci95_decode_tokens_per_s"})
 # keys that may be None: the exact backlog when λ >= w (no stationary law), no trace file, a trace of one
 # instant (no rate) or without block hashes (trace-info)
 NULLABLE = frozenset({"exact_mean_backlog_pages", "exact_p_backlog_positive", "trace", "arrival_rate_per_s",
@@ -36,9 +41,7 @@ NULLABLE = frozenset({"exact_mean_backlog_pages", "exact_p_backlog_positive", "t
                                                                     "prefix_hit_tokens_fraction")}
                      # a closed loop whose KV room did not turn over in every stream, or has none (CPU systems)
                      | {"kv_room_turnover_s"}
-                     # a run none of whose measured requests decodes (one output token each): no TPOT
-                     | {f"{c}{p}{k}" for c in ("", "ci95_") for p in ("", "p50_", "p90_", "p99_")
-                        for k in ("tpot_ms",)} | {"decode_tokens_per_s", "ci95_decode_tokens_per_s"}
+                     | NO_DECODE
                      # hbfjax disturb: a run that erased no block bounds no lifetime (lifetime_note says why)
                      | {f"{c}{k}" for c in ("", "ci95_") for k in ("lifetime_years", "worst_block_lifetime_years")})
 # tune: an objective to minimise may be a negated throughput, and a tuned point off the grid may beat it
@@ -70,7 +73,7 @@ def check_result(result: dict) -> None:
     """Raise ``ConfigError`` naming the first field of ``result`` that breaks an invariant."""
     for name, value in _numbers(result):
         leaf = name.rsplit(".", 1)[-1]
-        if value is None or (leaf in NULLABLE and isinstance(value, float) and math.isnan(value)):  # not measured
+        if value is None or (leaf in NO_DECODE and isinstance(value, float) and math.isnan(value)):  # not measured
             if leaf not in NULLABLE:
                 _fail(name, value, "must be a number")
             continue

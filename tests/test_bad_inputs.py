@@ -186,6 +186,11 @@ def test_invariants_refuse_meaningless_results():
         check_result({"waf": 62464.0, "host_writes": 0})
     with pytest.raises(ConfigError, match="must be >= 0"):
         check_result({"pages_programmed_per_iteration": -2.1e9})
+    # NaN means "not measured" only for the TPOT and decode rate of a run with no decode; a NaN WAF is a bug
+    check_result({"tpot_ms": math.nan, "p99_tpot_ms": math.nan, "decode_tokens_per_s": math.nan, "waf": None})
+    for key in ("waf", "read_wave_amplification", "e2e_s"):
+        with pytest.raises(ConfigError, match=f"result.{key} = nan: must be finite"):
+            check_result({key: math.nan, "host_writes": 5})
 
 
 def test_writeback_counts_that_would_overflow_int32_are_refused(capsys):
