@@ -81,3 +81,14 @@ def test_bad_options_are_one_line_and_exit_2(capsys, argv, text):
     assert cli.main(argv + ["--streams", "2"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and len(err.strip().splitlines()) == 1 and text in err
+
+
+def test_writeback_hbf_slc_96l_equals_the_hbflex_preset(capsys):
+    """`writeback --hbf slc-96l` builds the hbflex preset's package (6 stacks of the part): the same numbers."""
+    runs = []
+    for extra in (["--hbf", "slc-96l"], []):
+        assert cli.main(["writeback", "--streams", "4", "--iterations", "20", "--json", *extra]) == 0
+        runs.append(json.loads(capsys.readouterr().out))
+    part = runs[0].pop("hbf_part")
+    assert part["stacks"] == 6 and "t_read_us" not in part["values"]
+    assert runs[0] == runs[1]

@@ -6,7 +6,8 @@ import argparse
 import dataclasses
 
 from hbfjax.commands import _choices as names
-from hbfjax.commands._common import PRESET_NAMES, add_common_args, blame, emit, require_applies
+from hbfjax.commands._common import (PRESET_NAMES, add_common_args, add_hbf_args, blame, emit, hbf_part,
+                                     require_applies)
 from hbfjax.validate import ConfigError, number, require
 
 HELP = """\
@@ -18,6 +19,10 @@ by the policy; a program holds its planes for tPROG and a read to a busy plane w
 Units: times in µs per layer and segment, --kv-bytes-per-token in bytes per token PER LAYER,
 --sram-mb in MB (1e6 B) of SRAM for buffered KV, --hbm-budget-gb in GB (1e9 B). Outputs are means per
 iteration across streams with 95 % CI half-widths; buffer sizes in bytes.
+
+--hbf PART builds the scenario's package of the part's stacks (the preset's stack count unless --hbf-stacks):
+its page size, tPROG (--t-prog-us fills or overrides it) and read units set the page wave, the plane
+slots and the pages the SRAM or HBM budget holds; the JSON's hbf_part gives each value's source.
 
 Synthetic form: --synthetic --pages-per-iter λ --window-pages w simulates B' = max(0, B + N − w),
 N ~ Poisson(λ), and prints the Monte Carlo mean backlog beside the exact stationary value.
@@ -31,7 +36,8 @@ SEGMENTS = (("weight-read-us", "attention weight read"), ("qkv-us", "QKV project
             ("expert-read-us", "expert weight read"), ("ffn-us", "expert FFN compute"))
 TIMELINE_OPTIONS = ("policy", "preset", "layers", "kv_bytes_per_token", "decode_requests", "prefill_chunk",
                     "prefill_prob", *(n.replace("-", "_") for n, _ in SEGMENTS), "prefill_us_per_token", "t_prog_us",
-                    "stripe_pages", "sram_mb", "no_prefetch", "hbm_budget_gb")
+                    "stripe_pages", "sram_mb", "no_prefetch", "hbm_budget_gb", "hbf", "hbf_stacks",
+                    "read_units_per_die")
 
 
 def register(subparsers) -> None:
@@ -79,6 +85,7 @@ def register(subparsers) -> None:
                    help="λ: mean new pages per iteration (Poisson)")
     s.add_argument("--window-pages", type=number(int, 1, names.BACKLOG_MAX_WINDOW_PAGES), default=None,
                    help="w: page programs one window fits")
+    add_hbf_args(p, times=(), stacks=True)
     add_common_args(p, default_streams=256)
     p.set_defaults(func=run)
 
@@ -124,7 +131,7 @@ def _synthetic(args) -> dict:
     return result
 
 
-def _knobs(args):
+def _knobs(args, part=None):
     from hbfjax.flash.programs import writeback as wb
     from hbfjax.serve import write_scenarios as sc
 
@@ -147,7 +154,8 @@ def _knobs(args):
         if args.layers is not None:
             kw["layers"] = args.layers
         knobs = sc.hbflex_knobs(t_prog_us=args.t_prog_us, prefetch=not args.no_prefetch, **kw)
-    knobs = _override_timeline(args, knobs, knobs.timeline.plane_slots)
+    knobs, slots = _with_part(args, knobs, part)
+    knobs = _override_timeline(args, knobs, slots)
     fk = knobs.flash
     if args.hbm_budget_gb is not None:
         budget = float(int(args.hbm_budget_gb * 1e9 // float(fk.page_bytes)))
@@ -161,8 +169,42 @@ def _knobs(args):
     return wb.WritebackKnobs(knobs.timeline, fk, wl)
 
 
+def _with_part(args, knobs, part):
+    """``knobs`` with the flash of a package of ``--hbf-stacks`` (default: the preset's) stacks of ``part``, and the
+    plane slots of its timeline: hbflex keeps its 32-plane groups (slots = read units / 32, the SRAM budget in the
+    part's pages), dash its 128 slots (read units shared among them, the page wave and the HBM budget in the
+    part's pages). Without a part: ``knobs`` and its slots unchanged."""
+    from hbfjax.flash.programs import writeback as wb
+    from hbfjax.hardware import preset
+    from hbfjax.serve import write_scenarios as sc
+
+    fk = knobs.flash
+    if part is None:
+        return knobs, knobs.timeline.plane_slots
+    stacks = args.hbf_stacks or preset(args.preset).hbf.stacks
+    units, page = stacks * part.units_per_stack, part.part.page_bytes
+    flash = {k: float(v) for k, v in vars(fk).items()}
+    flash.update(t_prog_us=part.t_prog_us, page_bytes=page, wave_pages=units)
+    if args.preset == "hbflex":
+        slots = units // sc.HBFLEX_PLANE_GROUP
+        require(slots >= 1, "", "--hbf-stacks × --read-units-per-die", units,
+                f"read units in the package; need at least one plane group of {sc.HBFLEX_PLANE_GROUP}")
+        flash["buffer_capacity_pages"] = flash["buffer_capacity_pages"] * float(fk.page_bytes) / page
+    else:
+        slots = knobs.timeline.plane_slots
+        budget = float(sc.DASH_DECODE_KV_BUDGET_BYTES // page)
+        require(budget >= units, "", "--hbf", args.hbf, f"a page wave of {units} pages exceeds DASH's HBM budget "
+                f"({budget:g} pages); give fewer --hbf-stacks or --read-units-per-die")
+        flash.update(planes_per_slot=units / slots, stripe_pages=units, buffer_capacity_pages=budget,
+                     buffer_base_pages=budget - units)
+    with blame(args, "hbf", "hbf_stacks", "read_units_per_die", "t_prog_us"):
+        fk = wb.FlashKnobs.make(**flash)
+    return wb.WritebackKnobs(knobs.timeline, fk, knobs.workload), slots
+
+
 def _override_timeline(args, knobs, slots):
-    """Rebuild the timeline when any per-segment duration, layer count or KV size is given (dash preset)."""
+    """Rebuild the timeline when any per-segment duration, layer count or KV size is given (dash preset), or on
+    ``slots`` plane slots when they differ from the timeline's."""
     import numpy as np
 
     from hbfjax.flash.programs import writeback as wb
@@ -171,7 +213,7 @@ def _override_timeline(args, knobs, slots):
     names = ("weight_read_us", "qkv_us", "kv_read_us", "attention_us", "expert_read_us", "ffn_us")
     given = {n: getattr(args, n) for n in names if getattr(args, n) is not None}
     layers_changed = args.preset == "dash" and (args.layers is not None or args.kv_bytes_per_token is not None)
-    if not given and args.prefill_us_per_token is None and not layers_changed:
+    if not given and args.prefill_us_per_token is None and not layers_changed and slots == knobs.timeline.plane_slots:
         return knobs
     tl = knobs.timeline
     row = np.asarray(tl.duration_us[0])
@@ -207,6 +249,7 @@ def compute(args) -> dict:
     from hbfjax import batch
     from hbfjax.flash.programs import writeback as wb
     from hbfjax.reports import fields, mean_ci_fields
+    from hbfjax.hardware import preset
     from hbfjax.serve import write_scenarios as sc
 
     if args.synthetic:
@@ -215,7 +258,8 @@ def compute(args) -> dict:
     args.preset = "hbflex" if args.preset is None else args.preset
     if args.policy is None:
         args.policy = "dash-hbm" if args.preset == "dash" else "window"
-    knobs = _knobs(args)
+    part = hbf_part(args, need=("t_prog_us", "read_units_per_die"))
+    knobs = _knobs(args, part)
     T = 100 if args.iterations is None else args.iterations
     warm = _warmup(args, T, T // 10)
     cfg = sc.config_for(knobs, args.policy, T, warm)
@@ -245,4 +289,7 @@ def compute(args) -> dict:
         "stall_us_total": float(np.mean(out["stall_us_total"])),
         "program_busy_us_total": float(np.mean(out["program_busy_us_total"])),
     }
+    if part is not None:
+        result["hbf_part"] = {**part.report(include_reads=False),
+                              "stacks": args.hbf_stacks or preset(args.preset).hbf.stacks}
     return result

@@ -76,7 +76,7 @@ class ResolvedPart:
     """A part with every value a command uses filled (from the part, or from the user's options)."""
 
     part: HbfPart
-    t_read_us: float
+    t_read_us: float | None  # None only where the command times no read (writeback) and the part states none
     t_prog_us: float | None  # None only where the command needs no tPROG
     read_units_per_die: int
     given: tuple[str, ...] = ()  # the fields the user's options set
@@ -121,9 +121,10 @@ class ResolvedPart:
             return f"given: {OPTIONS[field_name]}"
         return self.part.source(field_name)
 
-    def report(self) -> dict:
+    def report(self, include_reads: bool = True) -> dict:
         """The ``hbf_part`` object of a command's JSON: every value used with its source, the rates, and a
-        note where the arrays cannot feed the interface."""
+        note where the arrays cannot feed the interface; without ``include_reads`` (a command that times no
+        read: writeback) neither tR nor the read rates."""
         p = self.part
         values = {"dies_per_stack": p.dies_per_stack, "channels_per_stack": p.channels_per_stack,
                   "page_bytes": p.page_bytes, "capacity_bytes_per_stack": p.capacity_bytes_per_stack,
@@ -137,8 +138,11 @@ class ResolvedPart:
         if p.blocks_per_unit is None:
             sources["blocks_per_unit"] = ("derived: capacity / (dies × read units per die × pages per block × page) "
                                           "= " + str(self.blocks_per_unit))
-        out = {"name": self.name, "values": values, "sources": sources, "not_stated_unused": not_stated,
-               "array_read_gbps_per_stack": self.array_read_gbps_per_stack,
+        out = {"name": self.name, "values": values, "sources": sources, "not_stated_unused": not_stated}
+        if not include_reads:
+            values.pop("t_read_us", None), sources.pop("t_read_us", None)
+            return out
+        out |= {"array_read_gbps_per_stack": self.array_read_gbps_per_stack,
                "interface_gbps_per_stack": self.interface_gbps_per_stack,
                "read_gbps_per_stack": self.read_gbps_per_stack, "array_limited": self.array_limited}
         if self.array_limited:
@@ -233,7 +237,7 @@ def resolve(name: str, *, t_read_us=None, t_prog_us=None, read_units_per_die=Non
         given = " and ".join(f"{OPTIONS[k]} = {v:g}" for k, v in user.items() if v is not None and k != "read_units_per_die")
         raise ConfigError(f"--hbf {name}{': ' + given if given else ''}: tPROG {values['t_prog_us']:g} µs < tR "
                           f"{values['t_read_us']:g} µs; a NAND program is slower than a read")
-    r = ResolvedPart(part=p, t_read_us=float(values["t_read_us"]),
+    r = ResolvedPart(part=p, t_read_us=None if values["t_read_us"] is None else float(values["t_read_us"]),
                      t_prog_us=None if values["t_prog_us"] is None else float(values["t_prog_us"]),
                      read_units_per_die=int(values["read_units_per_die"]),
                      given=tuple(k for k, v in user.items() if v is not None))
