@@ -169,20 +169,25 @@ def _knobs(args, part=None):
     return wb.WritebackKnobs(knobs.timeline, fk, wl)
 
 
+def _part_stacks(args) -> int:
+    """Stacks of the ``--hbf`` part in the package: ``--hbf-stacks``, else the preset's stack count."""
+    from hbfjax.hardware import preset
+
+    return args.hbf_stacks or preset(args.preset).hbf.stacks
+
+
 def _with_part(args, knobs, part):
     """``knobs`` with the flash of a package of ``--hbf-stacks`` (default: the preset's) stacks of ``part``, and the
     plane slots of its timeline: hbflex keeps its 32-plane groups (slots = read units / 32, the SRAM budget in the
     part's pages), dash its 128 slots (read units shared among them, the page wave and the HBM budget in the
     part's pages). Without a part: ``knobs`` and its slots unchanged."""
     from hbfjax.flash.programs import writeback as wb
-    from hbfjax.hardware import preset
     from hbfjax.serve import write_scenarios as sc
 
-    fk = knobs.flash
     if part is None:
         return knobs, knobs.timeline.plane_slots
-    stacks = args.hbf_stacks or preset(args.preset).hbf.stacks
-    units, page = stacks * part.units_per_stack, part.part.page_bytes
+    fk = knobs.flash
+    units, page = _part_stacks(args) * part.units_per_stack, part.part.page_bytes
     flash = {k: float(v) for k, v in vars(fk).items()}
     flash.update(t_prog_us=part.t_prog_us, page_bytes=page, wave_pages=units)
     if args.preset == "hbflex":
@@ -249,7 +254,6 @@ def compute(args) -> dict:
     from hbfjax import batch
     from hbfjax.flash.programs import writeback as wb
     from hbfjax.reports import fields, mean_ci_fields
-    from hbfjax.hardware import preset
     from hbfjax.serve import write_scenarios as sc
 
     if args.synthetic:
@@ -290,6 +294,5 @@ def compute(args) -> dict:
         "program_busy_us_total": float(np.mean(out["program_busy_us_total"])),
     }
     if part is not None:
-        result["hbf_part"] = {**part.report(include_reads=False),
-                              "stacks": args.hbf_stacks or preset(args.preset).hbf.stacks}
+        result["hbf_part"] = {**part.report(include_reads=False), "stacks": _part_stacks(args)}
     return result

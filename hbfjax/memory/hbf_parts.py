@@ -140,7 +140,8 @@ class ResolvedPart:
                                           "= " + str(self.blocks_per_unit))
         out = {"name": self.name, "values": values, "sources": sources, "not_stated_unused": not_stated}
         if not include_reads:
-            values.pop("t_read_us", None), sources.pop("t_read_us", None)
+            values.pop("t_read_us", None)
+            sources.pop("t_read_us", None)
             return out
         out |= {"array_read_gbps_per_stack": self.array_read_gbps_per_stack,
                "interface_gbps_per_stack": self.interface_gbps_per_stack,
