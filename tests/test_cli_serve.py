@@ -10,12 +10,16 @@ import json
 import pandas as pd
 import pytest
 
-from hbfjax.cli import main
+from hbfjax import energy
+from hbfjax.cli import build_parser, main
+from hbfjax.commands import serve
 from hbfjax.commands import _choices as names
 from hbfjax.commands.serve import warnings_of
+from hbfjax.serve import reference, timeline
 from hbfjax.sweep.table import flatten
 
 TINY = ["--model", "qwen3-235b-a22b", "--batch", "2", "--prompt", "64", "--output", "4", "--streams", "2"]
+QWEN3_LAYERS = 94
 ONLINE = ["--prompt", "64", "--output", "4", "--slots", "4", "--streams", "2"]
 
 
@@ -65,7 +69,7 @@ def test_every_system_runs_alone_and_as_a_sweep_point_with_the_same_keys(capsys,
             assert row[key] == pytest.approx(expected[key], rel=1e-12), (name, key)
 
 
-def test_serve_json_keys_and_several_systems(capsys):
+def test_serve_json_keys_and_several_systems(capsys, tmp_path):
     assert main(["serve", "--system", "dash", "relay-only", *TINY, "--json"]) == 0
     out = _json(capsys)
     assert [s["system"] for s in out["systems"]] == ["dash", "relay-only"]
@@ -83,6 +87,40 @@ def test_serve_json_keys_and_several_systems(capsys):
     dash, relay = out["systems"]
     assert dash["e2e_s"] <= relay["e2e_s"]
     assert relay["utilisation"]["expert_direct"] == 0.0  # RelayOnly has no Direct path
+    # energy and cost per token (issue 25): the parts add up, every value's source in the header
+    assert out["energy_model"]["hbf_read_pj_per_bit"] == {"value": 8.5, "source": energy.EnergyCosts.SOURCES[
+        "hbf_read_pj_per_bit"]}
+    for s in out["systems"]:
+        parts = {k: v for k, v in s["energy_breakdown_j_per_token"].items() if not k.startswith("ci95_")}
+        assert sum(parts.values()) == pytest.approx(s["energy_j_per_token"], rel=1e-9) and s["energy_j_per_token"] > 0
+        assert sum(v for k, v in s["cost_breakdown_usd_per_mtoken"].items() if not k.startswith("ci95_")) == \
+            pytest.approx(s["cost_usd_per_mtoken"], rel=1e-9)
+        assert s["ci95_energy_j_per_token"] >= 0 and s["power_w"] > 0 and s["hbf_lifetime_years"] > 0
+    # a dearer HBF read changes its energy by the bytes read × the difference, and nothing else; nor does
+    # writing a timeline of RelayOnly's stream 1 (a replay by the plain-Python reference)
+    path = tmp_path / "relay.json"
+    assert main(["serve", "--system", "dash", "relay-only", *TINY, "--hbf-read-pj-per-bit", "30", "--json",
+                 "--timeline", str(path), "--timeline-system", "relay-only", "--timeline-stream", "1"]) == 0
+    dear = _json(capsys)
+    assert dear["timeline"]["system"] == "relay-only" and dear["timeline"]["stream"] == 1
+    trace = json.loads(path.read_text())
+    assert len(trace["traceEvents"]) == dear["timeline"]["events"]
+    # the replay's busy time and stalls against the engine's mean over both streams, within the float32
+    # bound of test_serve_reference: a pass is a float32 sum of L·(ops + 1) + 1 terms of ≤ 16 roundings each
+    family = serve.plan(build_parser().parse_args(["serve", "--system", "relay-only", *TINY]))[1][0]
+    replays = [timeline.replay(family, 0, s, 0)[1] for s in (0, 1)]
+    rho = (QWEN3_LAYERS * (len(reference._OP_NAMES) + 1) + 16) * 2.0**-24
+    busy = sum(t.busy_us for t in replays) / 2e6
+    assert relay["busy_s"] == pytest.approx(busy, rel=rho + 1e-6)
+    stall_bound = 16 * 2.0**-24 * sum(t.stall_scale_us for t in replays) / 2e6
+    assert abs(relay["write_stall_s"] - sum(t.write_stall_us for t in replays) / 2e6) <= stall_bound + 1e-9
+    assert dear["energy_model"]["hbf_read_pj_per_bit"] == {"value": 30.0, "source": "given: --hbf-read-pj-per-bit"}
+    for s, d in zip(out["systems"], dear["systems"]):
+        assert d["throughput_tokens_per_s"] == s["throughput_tokens_per_s"] and d["e2e_s"] == s["e2e_s"]
+        base, high = s["energy_breakdown_j_per_token"], d["energy_breakdown_j_per_token"]
+        assert high["hbf_read"] == pytest.approx(base["hbf_read"] * 30 / 8.5, rel=1e-9)
+        assert all(high[k] == base[k] for k in base if k not in ("hbf_read", "ci95_hbf_read"))
+    assert main(["serve", "--system", "dash", *TINY, "--hbf-read-pj-per-bit", "-1"]) == 2
     # as text: the systems side by side, one column each, nested keys dotted
     assert main(["serve", "--system", "dash", "relay-only", *TINY]) == 0
     rows = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines()}
@@ -165,6 +203,9 @@ def test_serve_runs_the_cpu_offloading_baselines_beside_dash(capsys):
     assert "utilisation" in out["dash"] and "utilisation" not in out["hybrid"]
     # the oracle is never slower than streaming, and both are far slower than DASH (DASH §VI-C)
     assert out["dash"]["tpot_ms"] < out["hybrid"]["tpot_ms"] <= out["cpu-stream"]["tpot_ms"]
+    # their DRAM and PCIe bytes are not counted: no energy rather than a partial one (issue 25)
+    assert "energy_j_per_token" not in out["hybrid"] and "not modelled" in out["hybrid"]["energy_note"]
+    assert out["dash"]["energy_j_per_token"] > 0 and "energy_note" not in out["dash"]
 
 
 def test_serve_offers_a_load_relative_to_the_reference_backlogged_throughput(capsys):

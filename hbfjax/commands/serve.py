@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from pathlib import Path
 
 from hbfjax.commands._common import add_common_args, add_hbf_args, emit, hbf_part, text_file
 from hbfjax.commands import _choices as names
@@ -198,8 +199,51 @@ def register(subparsers) -> None:
                    help="DRAM rate one core streams alone in GB/s (default 25.6, estimated from its outstanding "
                         "misses; 38.4 = the 307.2 GB/s peak over the eight cores that saturate it in DASH Fig. 10(a))")
     add_hbf_args(p, times=())  # --hbf, --read-units-per-die; --t-read-us/--t-prog-us above fill or override
+    add_energy_args(p)
+    t = p.add_argument_group("timeline (Chrome trace-event JSON: ui.perfetto.dev, chrome://tracing)")
+    t.add_argument("--timeline", default=None, metavar="FILE.json",
+                   help="write one stream's passes, layers, operators, KV writes and requests as a Chrome trace "
+                        "(a replay by the plain-Python reference; DASH's organisations)")
+    t.add_argument("--timeline-system", default=None, metavar="NAME", help="the system timed (default: the first)")
+    t.add_argument("--timeline-stream", type=number(int, 0, 10**9), default=None, metavar="S",
+                   help="the stream timed (default 0)")
+    t.add_argument("--timeline-passes", default=None, metavar="A:B",
+                   help="the passes written, A to B - 1 (default 0:2000; layers and operators for the first "
+                        "64 of them)")
     add_common_args(p, default_streams=64)
     p.set_defaults(func=run)
+
+
+_ENERGY_UNITS = {"pj_per_flop": "pJ a FLOP", "pj_per_bit": "pJ a bit", "uj_per_block": "µJ a block", "_w": "W",
+                 "_usd": "US dollars", "ratio": "a ratio", "_years": "years", "per_kwh": "US dollars a kWh",
+                 "cycles": "P/E cycles a block"}
+
+
+def add_energy_args(p) -> None:
+    """One option per energy and cost value (``hbfjax.energy``), each defaulting to its sourced value."""
+    from hbfjax import energy
+
+    g = p.add_argument_group("energy and cost per token (issue 25; defaults sourced in the JSON's energy_model)")
+    for cls in (energy.EnergyCosts, energy.CostModel):
+        for f in dataclasses.fields(cls):
+            unit = next((u for key, u in _ENERGY_UNITS.items() if f.name.endswith(key)), "")
+            default = "the GPU's TDP / dense BF16 peak" if f.default is None else f"{f.default:g}"
+            g.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, type=number(float, 0.0, 1e12),
+                           default=None, metavar="X", help=f"{unit} (default {default}: {cls.SOURCES[f.name]})")
+
+
+def energy_models(args) -> tuple:
+    """The run's (``EnergyCosts``, ``CostModel``) from the energy options."""
+    from hbfjax import energy
+
+    def build(cls):
+        given = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)}
+        try:
+            return cls(**{k: v for k, v in given.items() if v is not None})
+        except ConfigError as err:  # name the option, not the field
+            field = next(f for f in given if f in str(err))
+            raise ConfigError(f"--{field.replace('_', '-')} {given[field]:g}: {str(err).split(': ', 1)[-1]}") from None
+    return build(energy.EnergyCosts), build(energy.CostModel)
 
 
 def _refuse_unused(args, kinds: set, workload: str) -> None:
@@ -481,11 +525,16 @@ def _offered_load(args, sc) -> tuple:
     return dataclasses.replace(sc, request_knobs=knobs), header
 
 
-def plan(args) -> tuple[dict, list]:
+def plan(args, timeline_ok: bool = False) -> tuple[dict, list]:
     """Everything of a run but the simulation: its JSON header and its families (each one compilation).
-    ``--load`` runs its reference here."""
+    ``--load`` runs its reference here. ``--timeline`` is refused unless ``timeline_ok`` (``compute``
+    writes it; a sweep's points, planned here, would not)."""
+    from hbfjax import energy
     from hbfjax.serve import systems
+    from hbfjax.workload import gpus
 
+    if getattr(args, "timeline", None) is not None and not timeline_ok:
+        raise ConfigError("--timeline: time one run (hbfjax serve ... --timeline FILE.json), not a sweep's points")
     sc = scenario(args)
     header = {"model": args.model, "gpu": systems.gpu_for(args.system, sc), "streams": args.streams, "seed": args.seed,
               "readings": readings(args, {systems.system(n).kind for n in args.system})}
@@ -507,7 +556,22 @@ def plan(args) -> tuple[dict, list]:
         header.update(extra)
     if not sc.model_spec.lookahead_capable and args.lookahead:
         header["note"] = f"{args.model}'s router has an expert-specific bias: lookahead is off (DASH §V-C)"
-    return header, systems.families(args.system, sc)
+    costs, cost = energy_models(args)
+    pj_per_flop = costs.pj_per_flop(header["gpu"], gpus.preset(header["gpu"]).peak_tflops_bf16)
+    header["energy_model"] = energy.describe(costs, cost, pj_per_flop)
+    return header, [_with_energy(f, costs, cost, pj_per_flop) for f in systems.families(args.system, sc)]
+
+
+def _with_energy(family, costs, cost, pj_per_flop):
+    """``family`` whose report adds each point's energy and cost keys (``hbfjax.energy.report``), also on
+    the points ``with_points`` gives it."""
+    from hbfjax import energy
+
+    def report(o, k):
+        return {**family.report(o, k), **energy.report(o, family.points[k].org, family.config.model, costs, cost,
+                                                          pj_per_flop)}
+    return family._replace(report=report, with_points=lambda *a, **kw: _with_energy(family.with_points(*a, **kw),
+                                                                                     costs, cost, pj_per_flop))
 
 
 def family_key(family) -> tuple:
@@ -536,10 +600,50 @@ def assemble(header: dict, by_name: dict, systems_: list) -> dict:
     return {**header, "systems": results}
 
 
+def _check_timeline(args) -> None:
+    """Refuse timeline options that cannot apply, before anything runs."""
+    from hbfjax.serve import timeline
+
+    if args.timeline is None:
+        for option in ("timeline_system", "timeline_stream", "timeline_passes"):
+            if getattr(args, option) is not None:
+                raise ConfigError(f"--{option.replace('_', '-')}: applies with --timeline FILE.json only")
+        return
+    if args.timeline_system is not None and args.timeline_system not in args.system:
+        raise ConfigError(f"--timeline-system {args.timeline_system}: not one of the run's --system "
+                          f"{' '.join(args.system)}")
+    if (args.timeline_stream or 0) >= args.streams:
+        raise ConfigError(f"--timeline-stream {args.timeline_stream}: the run has {args.streams} streams (0 … "
+                          f"{args.streams - 1})")
+    timeline.parse_window(args.timeline_passes or "0:2000")
+    folder = Path(args.timeline).expanduser().resolve().parent
+    if not folder.is_dir():
+        raise ConfigError(f"--timeline {args.timeline}: no folder {folder} to write it in")
+
+
+def _timed(args, families) -> tuple:
+    """(the family of ``--timeline-system``, default the first system; its point's index)."""
+    name = args.timeline_system or args.system[0]
+    family = next(f for f in families if name in f.names)
+    return family, family.names.index(name)
+
+
+def _timeline(args, families) -> dict:
+    """Write the timeline of ``--timeline-system``'s stream (``hbfjax.serve.timeline``); its summary."""
+    from hbfjax.serve import timeline
+
+    return timeline.write(*_timed(args, families), args.timeline_stream or 0, args.seed,
+                          timeline.parse_window(args.timeline_passes or "0:2000"), args.timeline)
+
+
 def compute(args) -> dict:
+    from hbfjax.serve import timeline
     from hbfjax.sweep.families import run_family
 
-    header, families = plan(args)
+    _check_timeline(args)
+    header, families = plan(args, timeline_ok=True)
+    if args.timeline is not None:  # refused before the simulation runs
+        timeline.check_family(*_timed(args, families))
     by_name = {}
     for family in families:
         by_name.update(run_family(family, args.streams, args.seed, chunk_streams=args.chunk_streams,
@@ -549,6 +653,8 @@ def compute(args) -> dict:
         raise ConfigError(f"--kv-room-gb {args.kv_room_gb}: {', '.join(overflowed)} overflowed (a request needs "
                           "more KV than the room holds, or the run ran out of iterations): give a room above the "
                           "longest request's prompt + output tokens of KV")
+    if args.timeline is not None:
+        header = {**header, "timeline": _timeline(args, families)}
     return assemble(header, by_name, args.system)
 
 

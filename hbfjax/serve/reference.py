@@ -26,7 +26,7 @@ from typing import NamedTuple
 import numpy as np
 
 from hbfjax.serve.state import BatcherConfig, Phase
-from hbfjax.validate import require_choice
+from hbfjax.validate import require, require_choice
 from hbfjax.workload import gpus
 from hbfjax.workload.timing import Batch
 
@@ -538,6 +538,8 @@ class ServeStep:
         self.passes, self.loop_s = 0, 0.0
         self.kv_hbf_factor = 1.0  # multiplies the HBF share of the attention's KV bytes (read-wave amplification)
         self.idle = ([], [])  # the last pass's per-layer idle array time: Σ and max over its operators
+        self.record = None  # a list to append each pass's detail to (hbfjax.serve.timeline); None: off
+        self.calls, self.detail = 0, None  # iterations timed; the last pass's operators (when recording)
 
     def _delivery(self, name: str, op: _Op, shares: tuple) -> tuple[float, float, float]:
         """One operator's data read in parallel: weights by their kind's placement (shared experts are
@@ -574,7 +576,7 @@ class ServeStep:
             base = per_kind["moe"][0]
             window = base["out_proj"] + base["norms"] + base["router"] if m.lookahead_capable else 0.0
         direct = direct_max = relay = 0.0
-        layer_us, windows, memo = [], [], {}
+        layer_us, windows, memo, experts = [], [], {}, []
         self.idle = ([], [])
         for kind in m.kinds:
             _, total_us, window_us = per_kind[kind]
@@ -589,10 +591,15 @@ class ServeStep:
                 total_us += us
                 layer_idle.append(max(us - t, 0.0))
                 direct, direct_max, relay = direct + lo, direct_max + hi, relay + r
+                experts.append((us, lo, r, d))
+            else:
+                experts.append(None)
             layer_us.append(total_us)
             windows.append(window_us)
             self.idle[0].append(sum(layer_idle))
             self.idle[1].append(max(layer_idle))
+        if self.record is not None:  # each layer's operators: µs by kind, routed experts (µs, Direct, Relay B, distinct)
+            self.detail = {"ops": {kind: v[0] for kind, v in per_kind.items()}, "experts": experts}
         return layer_us, windows, head_us, (direct, direct_max, relay), hbm_bytes, hbf_bytes
 
     def _book(self, requests: list, kv_tokens: list, batch: Batch) -> tuple[int, int, int, int]:
@@ -675,6 +682,16 @@ class ServeStep:
                             write_stall_us=stall, program_busy_us=busy, writeback_passes=float(back > 0),
                             expert_direct_bytes=direct, expert_direct_max_bytes=direct_max, expert_relay_bytes=relay,
                             hbm_read_bytes=hbm_read, hbf_read_bytes=hbf_read, stall_scale_us=scale), hbm_after, hbf_after)
+        if self.record is not None:
+            self.record.append(dict(call=self.calls, us=us, layer_us=layer_us, head_us=head_us, stall_us=stall,
+                                    program_busy_us=busy, decode_tokens=ps.decode, prefill_tokens=ps.chunk_tokens,
+                                    direct_bytes=direct, relay_bytes=relay, hbm_read_bytes=hbm_read,
+                                    hbf_read_bytes=hbf_read, prefill_write_bytes=to_hbf * m.kv_token,
+                                    writeback_bytes=back_bytes, kv_hbm_bytes=hbm_after * m.kv_token,
+                                    kv_hbf_bytes=hbf_after * m.kv_token,
+                                    decode_requests=[q for q, d in zip(requests, batch.decode_mask) if d and q >= 0],
+                                    prefill_requests=[q for q, c in zip(requests, batch.chunk_mask) if c and q >= 0],
+                                    **self.detail))
         return us
 
     def _add_sums(self, values: dict, hbm_after: int, hbf_after: int) -> None:
@@ -698,6 +715,7 @@ class ServeStep:
                 us += self.one_pass(requests, kv_tokens, p, 2 * iteration + k)
             kv_tokens = [kv + (int(p.chunk_tokens[i]) if p.chunk_mask[i] else 0) + int(bool(p.decode_mask[i]))
                          for i, kv in enumerate(kv_tokens)]
+        self.calls += 1
         return us
 
     def totals(self) -> Totals:
@@ -770,20 +788,24 @@ class CountDraws:
         return np.minimum((cdf[None, :] <= u[:, None]).sum(axis=1), self.experts).tolist()
 
 
-def serve(stream_id: int, seed: int, knobs, config, max_iterations: int | None = None):
+def serve(stream_id: int, seed: int, knobs, config, max_iterations: int | None = None, trace=None, record=None):
     """One stream of ``hbfjax.serve.engine.simulate(stream_id, seed, knobs, None, config)`` (a DASH
     organisation: ``config.parts = ("tiers",)``, its policy DASH's) in plain
     Python: (:class:`Result` with float µs times, :class:`Totals`, the :class:`ServeStep`, whose
     ``loop_s`` is the loop's time without the JAX routing uniforms: the speed baseline). The
     requests are drawn by ``hbfjax.workload.requests.generate`` (inputs, as for the engine); routing
-    draws as :func:`count_draws` (``config.routing_draw`` must be "counts")."""
+    draws as :func:`count_draws` (``config.routing_draw`` must be "counts"). ``trace``: the engine's
+    ``requests.TraceInputs`` of a replay (open loop); ``record``: a list each pass's detail is appended to
+    (:class:`ServeStep`, ``hbfjax.serve.timeline``)."""
     from hbfjax import clock  # noqa: PLC0415
     from hbfjax.workload import requests as rq  # noqa: PLC0415
 
     require_choice("reference.serve", "routing_draw", config.routing_draw, ("counts",))
     require_choice("reference.serve", "parts", tuple(config.parts), (("tiers",),))
     require_choice("reference.serve", "timing_kind", config.timing_kind, ("organisation",))
-    reqs = rq.generate(stream_id, seed, knobs.requests, None, config.requests)
+    require(not config.batcher.tasks, "reference.serve", "config.batcher.tasks", config.batcher.tasks,
+            "a closed loop is not in the reference (its think times are not passed on)")
+    reqs = rq.generate(stream_id, seed, knobs.requests, trace, config.requests)
     valid = np.asarray(reqs.valid)
     arrival = clock.to_us(reqs.arrival)[valid]
     budget = float(np.asarray(knobs.hbm_kv_budget_bytes))
@@ -792,6 +814,7 @@ def serve(stream_id: int, seed: int, knobs, config, max_iterations: int | None =
     caps = admission_caps(hbm_tokens, hbf_room, knobs.batcher, config.batcher.tiers)
     step = ServeStep(config.model, knobs.org, knobs.gpu, config.batcher.mode, hbm_tokens, unit,
                      CountDraws(config, seed, stream_id) if config.model.is_moe else None)
+    step.record = record
     t0 = time.perf_counter()
     result = simulate(arrival, np.asarray(reqs.prompt_tokens)[valid], np.asarray(reqs.output_tokens)[valid],
                       int(knobs.batcher.chunk_tokens), int(knobs.batcher.token_budget), caps,
