@@ -73,6 +73,20 @@ def test_per_path_array_rate_binds_when_below_the_link():
     small_sram = deliver(2, 10e6, tiny(hbf_sram_region_bytes=1_024_000))  # SRAM refills 1.024e6 B per tR
     assert small_sram.delivery_us == pytest.approx(22.53125, rel=1e-6)
     assert d.LIMITS[int(small_sram.limit)] == "sram"
+    narrow = deliver(2, 10e6, tiny(hbf_interface_gbps=512.0))  # a part's interface at the per-path array rate
+    assert narrow.delivery_us == pytest.approx(22.53125, rel=1e-6)
+    assert d.LIMITS[int(narrow.limit)] == "interface"
+
+
+def test_interface_caps_both_paths_together_when_arrays_are_shared():
+    # 2 experts of 10 MB; arrays 1,024 GB/s shared, links 1,000 GB/s; a 400 GB/s interface makes every busy
+    # path last all 20 MB / 400 GB/s = 50 µs: both on Direct 2 + 50 = 52; split, Relay 2 + 1 (first chunk) + 50
+    out = deliver(2, 10e6, tiny(shared_array_rate=1.0, hbf_interface_gbps=400.0))
+    assert out.delivery_us == pytest.approx(52.0, rel=1e-6) and out.direct_experts == 2
+    assert d.LIMITS[int(out.limit)] == "interface"
+    assert float(d.read_cuts(tiny(shared_array_rate=1.0, hbf_interface_gbps=400.0)).hbf_gbps) == pytest.approx(400.0)
+    # per-path arrays (TINY): each path's source is capped by the interface, Direct 400 + Relay 400
+    assert float(d.read_cuts(tiny(hbf_interface_gbps=400.0)).hbf_gbps) == pytest.approx(800.0)
 
 
 def test_lookahead_hides_tr_up_to_its_window():
@@ -112,7 +126,8 @@ def _reference_times(k, n, b, kw):
     link = lambda nbytes, gbps: 0.0 if nbytes == 0 else (math.inf if gbps == 0 else nbytes / (gbps * 1e3))  # noqa: E731
     pairs = min(kw["hbm_stacks"], kw["hbf_stacks"])
     per_tr = kw["hbf_stacks"] / (kw["t_read_us"] * 1e3)
-    source = min(kw["parallel_units"] * kw["page_bytes"], kw["hbf_sram_region_bytes"]) * per_tr
+    source = min(min(kw["parallel_units"] * kw["page_bytes"], kw["hbf_sram_region_bytes"]) * per_tr,
+                 kw["hbf_stacks"] * kw.get("hbf_interface_gbps", math.inf))  # a part's interface (issue 25)
     direct = kw["hbf_stacks"] * kw["direct_gbps"]
     relay = pairs * min(kw["relay_gbps"], kw["gpu_hbm_gbps"])
     tr = kw["t_read_us"] * (1 - kw["lookahead"])
@@ -135,7 +150,8 @@ def test_balanced_split_equals_the_best_of_every_whole_expert_split():
                   hbf_stacks=int(rng.integers(1, 3)), parallel_units=int(rng.choice([100, 500, 2048])),
                   t_read_us=float(rng.choice([1.0, 3.0, 30.0])), lookahead=float(rng.integers(0, 2)),
                   shared_array_rate=float(rng.integers(0, 2)),
-                  relay_sram_region_bytes=float(rng.choice([1e5, 4 * 2**20])))
+                  relay_sram_region_bytes=float(rng.choice([1e5, 4 * 2**20])),
+                  hbf_interface_gbps=float(rng.choice([300, 900, 1e7])))
         if kw["direct_gbps"] == 0 and kw["relay_gbps"] == 0:
             kw["direct_gbps"] = 1000.0
         n, b = int(rng.integers(0, 40)), float(rng.choice([2e5, 3e6, 4e7]))
@@ -202,7 +218,8 @@ def test_parallel_read_time_equals_the_linear_program_over_link_flows():
     for _ in range(40):
         kw = dict(TINY, direct_gbps=float(rng.choice([0, 700, 1600])), relay_gbps=float(rng.choice([0, 900, 1600])),
                   gpu_hbm_gbps=float(rng.choice([600, 1600])), hbm_bw_gbps=float(rng.choice([400, 1200, 3000])),
-                  parallel_units=int(rng.choice([200, 500, 2048])), shared_array_rate=float(rng.integers(0, 2)))
+                  parallel_units=int(rng.choice([200, 500, 2048])), shared_array_rate=float(rng.integers(0, 2)),
+                  hbf_interface_gbps=float(rng.choice([300, 1e7])))
         if kw["direct_gbps"] == 0 and kw["relay_gbps"] == 0:
             kw["relay_gbps"] = 900.0
         h, f, e = (float(rng.choice([0, 1e6, 7e6])) for _ in range(3))
@@ -210,7 +227,7 @@ def test_parallel_read_time_equals_the_linear_program_over_link_flows():
             continue
         r = d.rates(o.OrgKnobs.make(**kw))
         m, g, dd, x = (float(v) for v in (r.hbm_cells_gbps, r.gpu_hbm_gbps, r.direct_gbps, r.relay_link_gbps))
-        src, k = float(min(r.array_gbps, r.sram_gbps)), 1e3  # k: B/µs per GB/s
+        src, k = float(min(r.array_gbps, r.sram_gbps, r.interface_gbps)), 1e3  # k: B/µs per GB/s
         # variables: bytes from HBM (xh), from HBF over Direct (xd) and over Relay (xr), and the time t (µs)
         a_ub = [[1, 0, 0, -m * k], [1, 0, 1, -g * k], [0, 1, 0, -dd * k], [0, 0, 1, -x * k],  # cells, G, D, X
                 [-1, 0, 0, 0], [1, 0, 0, 0]]  # HBM carries its own bytes and at most the replicated ones too

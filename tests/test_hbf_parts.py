@@ -39,6 +39,18 @@ def test_array_rate_by_hand_and_array_limited():
     assert slow.blocks_per_unit == 512  # 512 GiB / (16 × 32 × 512 pages × 4 KiB)
 
 
+def test_org_changes_carry_the_interface_and_the_program_rate():
+    slc = dict(hbf_parts.org_changes(hbf_parts.resolve("slc-96l")))
+    assert slc["hbf_interface_gbps"] == 488.0 and slc["hbf_write_gbps"] == 27.2  # stated by HBFlex §6.1
+    assert slc["parallel_units"] == 512 and slc["t_prog_us"] == 75.0
+    # OCP states no program rate: 16 dies × 32 units × 4 KiB / 75 µs = 27.962 GB/s per stack
+    ocp = dict(hbf_parts.org_changes(hbf_parts.resolve("ocp-hbf-v0.7", t_read_us=4.0, t_prog_us=75.0,
+                                                       read_units_per_die=32)))
+    assert ocp["hbf_write_gbps"] == pytest.approx(16 * 32 * 4096 / 75e-6 / 1e9) and ocp["hbf_interface_gbps"] == 3072.0
+    reads_only = hbf_parts.resolve("ocp-hbf-v0.7", t_read_us=4.0, read_units_per_die=32)
+    assert "hbf_write_gbps" not in dict(hbf_parts.org_changes(reads_only))
+
+
 def _json(capsys, argv):
     assert cli.main(argv) == 0
     return json.loads(capsys.readouterr().out)

@@ -375,7 +375,8 @@ def _part(args):
 
 def _part_changes(args) -> tuple:
     """--hbf: the part's per-stack values for every organisation served (OrgKnobs.make's parallel_units,
-    page_bytes, t_read_us, t_prog_us and hbf_capacity_bytes, all per stack); each organisation keeps its
+    page_bytes, t_read_us, t_prog_us, hbf_capacity_bytes, hbf_interface_gbps and hbf_write_gbps, all per
+    stack: hbf_parts.org_changes); each organisation keeps its
     stack count. An organisation whose stack is not one whole preset stack (a share, or a merged pair) is
     refused: a part is one whole stack."""
     from hbfjax import hardware

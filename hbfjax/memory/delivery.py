@@ -14,7 +14,10 @@ Aggregate rates (GB/s = 1e3 B/µs), with every data kind striped evenly over the
   die's relay SRAM and that stack's GPU–HBM link; it bypasses the HBM cells, DASH §IV-B);
 * HBF arrays ``A = hbf_stacks · parallel_units · page_bytes / tR`` (one page wave per tR);
 * HBF base-die SRAM fill ``S = hbf_stacks · region_bytes / tR`` (a double-buffered region is refilled
-  once per sensing; equal to ``A`` when a region is one page wave, as in DASH §IV-B).
+  once per sensing; equal to ``A`` when a region is one page wave, as in DASH §IV-B);
+* HBF interfaces ``I = hbf_stacks · hbf_interface_gbps``: what a part's datasheet states a stack can send
+  out (issue 25; ``MAX_GBPS``, no cap, in both papers' organisations). The arrays' source is
+  ``min(A, S, I)`` wherever ``min(A, S)`` is named below.
 
 The tR in ``A`` and ``S`` is ``t_read_us`` when ``tr_sets_rate = 1`` (the literal reading of DASH
 §VI-A and of Fig. 12's text: a lower tR completes more reads in a given time). With ``tr_sets_rate =
@@ -23,7 +26,7 @@ rates stay those of ``rate_t_read_us`` (DASH's nominal 3 µs), as if a plane kep
 outstanding, while every path still waits the exposed tR before its first byte.
 
 ``shared_array_rate = 1`` makes ``min(A, S)`` a limit on Direct and Relay *together* (the physical
-reading, DESIGN.md §4); ``0`` applies it to each path alone (the reading under which the paper's ratios
+reading, DESIGN.md §4); ``0`` applies it (the interface included) to each path alone (the reading under which the paper's ratios
 may have been obtained).
 
 Relaxation (DESIGN.md §6, for gradient tuning of the split only): with ``temperature_us`` given, the
@@ -47,7 +50,7 @@ from hbfjax.memory.organisations import OrgKnobs
 from hbfjax.relax import soft_max
 
 US_PER_BYTE_AT_1_GBPS = 1e-3  # 1 GB/s = 1e3 bytes per µs
-LIMITS = ("link", "array", "sram")  # bottleneck codes of a path; ties go to the earlier name
+LIMITS = ("link", "array", "sram", "interface")  # bottleneck codes of a path; ties go to the earlier name
 PATHS = ("direct", "relay")
 READ_LIMITS = ("hbm", "hbf", "joint")  # which cut sets a parallel read's time
 
@@ -73,6 +76,7 @@ class Rates(NamedTuple):
     relay_link_gbps: jax.Array  # pairs · relay link (the HBM–HBF links alone)
     array_gbps: jax.Array  # A
     sram_gbps: jax.Array  # S
+    interface_gbps: jax.Array  # I
     pairs: jax.Array  # stack pairs carrying Relay
 
 
@@ -94,8 +98,14 @@ def rates(knobs: OrgKnobs) -> Rates:
         relay_link_gbps=pairs * knobs.relay_gbps,
         array_gbps=knobs.parallel_units * knobs.page_bytes * per_tr,
         sram_gbps=knobs.hbf_sram_region_bytes * per_tr,
+        interface_gbps=knobs.hbf_stacks * knobs.hbf_interface_gbps,
         pairs=pairs,
     )
+
+
+def source_gbps(r: Rates) -> jax.Array:
+    """float32[]: what the HBF stacks can send towards the GPU, min(A, S, I) (module docstring)."""
+    return jnp.minimum(jnp.minimum(r.array_gbps, r.sram_gbps), r.interface_gbps)
 
 
 def hbm_to_hbf_gbps(knobs: OrgKnobs) -> jax.Array:
@@ -148,7 +158,7 @@ class _PathModel(NamedTuple):
 def _path_model(n, b, knobs: OrgKnobs, window_us) -> _PathModel:
     r = rates(knobs)
     shared = knobs.shared_array_rate > 0.5
-    source = jnp.minimum(r.array_gbps, r.sram_gbps)
+    source = source_gbps(r)
     per_path = jnp.where(shared, jnp.inf, source)
     hidden = knobs.lookahead * jnp.minimum(knobs.t_read_us, _f(window_us))
     floor_us = jnp.where(shared, transfer_us(n * b, source), 0.0)
@@ -211,10 +221,10 @@ def _balanced_candidates(m: _PathModel) -> jax.Array:
 
 
 def _limit(path_bytes, total_bytes, link_gbps, r: Rates, shared) -> jax.Array:
-    """int32 index into LIMITS of the smallest of a path's link rate and its array and SRAM shares."""
+    """int32 index into LIMITS of the smallest of a path's link rate and its array, SRAM and interface shares."""
     share = jnp.where(shared, path_bytes / jnp.maximum(total_bytes, 1.0), 1.0)
-    array_gbps, sram_gbps = r.array_gbps, r.sram_gbps
-    candidates = jnp.stack(jnp.broadcast_arrays(link_gbps, array_gbps * share, sram_gbps * share), axis=-1)
+    candidates = jnp.stack(jnp.broadcast_arrays(link_gbps, r.array_gbps * share, r.sram_gbps * share,
+                                                r.interface_gbps * share), axis=-1)
     return jnp.argmin(candidates, axis=-1).astype(jnp.int32)
 
 
@@ -331,7 +341,7 @@ def read_cuts(knobs: OrgKnobs) -> ReadCuts:
     arrays bound Direct + Relay by ``min(A, S)``; per path, each by it alone."""
     r = rates(knobs)
     m, g, d, x = r.hbm_cells_gbps, r.gpu_hbm_gbps, r.direct_gbps, r.relay_link_gbps
-    src = jnp.minimum(r.array_gbps, r.sram_gbps)
+    src = source_gbps(r)
     shared = knobs.shared_array_rate > 0.5
     d_p, x_p = jnp.minimum(d, src), jnp.minimum(x, src)
     hbf = jnp.where(shared, jnp.minimum(src, d + jnp.minimum(x, g)), d_p + jnp.minimum(x_p, g))

@@ -116,6 +116,15 @@ class ResolvedPart:
         """Effective read rate: min(array, interface)."""
         return min(self.array_read_gbps_per_stack, self.interface_gbps_per_stack)
 
+    @property
+    def program_gbps_per_stack(self) -> float | None:
+        """The stated program rate, else read units × page / tPROG (GB/s per stack); None without tPROG."""
+        if self.part.program_bw_gbps_per_stack is not None:
+            return self.part.program_bw_gbps_per_stack
+        if self.t_prog_us is None:
+            return None
+        return self.units_per_stack * self.part.page_bytes / (self.t_prog_us * 1e3)
+
     def source(self, field_name: str) -> str:
         if field_name in self.given:
             return f"given: {OPTIONS[field_name]}"
@@ -131,13 +140,16 @@ class ResolvedPart:
                   "interface_bw_gbps_per_stack": p.interface_bw_gbps_per_stack, "t_read_us": self.t_read_us,
                   "t_prog_us": self.t_prog_us, "read_units_per_die": self.read_units_per_die,
                   "pages_per_block": p.pages_per_block, "blocks_per_unit": self.blocks_per_unit,
-                  "pe_cycles": p.pe_cycles, "program_bw_gbps_per_stack": p.program_bw_gbps_per_stack}
+                  "pe_cycles": p.pe_cycles, "program_bw_gbps_per_stack": self.program_gbps_per_stack}
         not_stated = [k for k, v in values.items() if v is None]  # not stated, and not used by the command
         values = {k: v for k, v in values.items() if v is not None}
         sources = {k: self.source(k) for k in values}
         if p.blocks_per_unit is None:
             sources["blocks_per_unit"] = ("derived: capacity / (dies × read units per die × pages per block × page) "
                                           "= " + str(self.blocks_per_unit))
+        if p.program_bw_gbps_per_stack is None and self.program_gbps_per_stack is not None:
+            sources["program_bw_gbps_per_stack"] = (f"derived: dies × read units per die × page / tPROG = "
+                                                    f"{self.program_gbps_per_stack:.6g} GB/s")
         out = {"name": self.name, "values": values, "sources": sources, "not_stated_unused": not_stated}
         if not include_reads:
             values.pop("t_read_us", None)
@@ -250,9 +262,13 @@ def resolve(name: str, *, t_read_us=None, t_prog_us=None, read_units_per_die=Non
 
 def org_changes(r: ResolvedPart) -> tuple:
     """``OrgKnobs.make`` changes that put the part in each HBF stack of an organisation (per stack: read units,
-    page, tR, tPROG, capacity; the organisation keeps its stack count, links and SRAM regions)."""
-    return (("parallel_units", r.units_per_stack), ("page_bytes", r.part.page_bytes), ("t_read_us", r.t_read_us),
-            ("t_prog_us", r.t_prog_us), ("hbf_capacity_bytes", float(r.part.capacity_bytes_per_stack)))
+    page, tR, tPROG, capacity, the interface's read rate and the program rate; the organisation keeps its stack
+    count, links and SRAM regions)."""
+    changes = (("parallel_units", r.units_per_stack), ("page_bytes", r.part.page_bytes), ("t_read_us", r.t_read_us),
+               ("t_prog_us", r.t_prog_us), ("hbf_capacity_bytes", float(r.part.capacity_bytes_per_stack)),
+               ("hbf_interface_gbps", float(r.interface_gbps_per_stack)))
+    program = r.program_gbps_per_stack
+    return changes if program is None else changes + (("hbf_write_gbps", float(program)),)
 
 
 def to_hbf_spec(r: ResolvedPart, stacks: int = 1, *, sram_bytes_per_stack: int = 0) -> hardware.HbfSpec:

@@ -75,6 +75,7 @@ class OrgKnobs:
     tr_sets_rate: jax.Array  # f32[] 1: tR is a latency and sets the array/SRAM rate (one wave per tR); 0: latency only
     rate_t_read_us: jax.Array  # f32[] the tR whose wave rate the arrays keep when tr_sets_rate = 0 (DASH: 3 µs)
     write_window_layers: jax.Array  # f32[] N: a layer's KV writes may overlap the windows of N layers (DASH: 1)
+    hbf_interface_gbps: jax.Array  # f32[] one HBF stack's interface read rate (a part's datasheet); MAX_GBPS: none
 
     @classmethod
     def make(cls, *, gpu_hbm_gbps, direct_gbps, relay_gbps, hbm_stacks, hbf_stacks, hbm_capacity_bytes,
@@ -82,7 +83,7 @@ class OrgKnobs:
              hbf_sram_region_bytes, hbf_sram_regions=2, relay_sram_region_bytes=4 * MiB, relay_sram_regions=2,
              place=None, balanced_split=1.0, relay_fraction=0.5, lookahead=1.0,
              shared_array_rate=1.0, hbf_write_gbps=MAX_GBPS, tr_sets_rate=1.0, rate_t_read_us=None,
-             write_window_layers=1) -> "OrgKnobs":
+             write_window_layers=1, hbf_interface_gbps=MAX_GBPS) -> "OrgKnobs":
         """Validated knobs. Links are finite and >= 0; HBM stacks a whole number >= 0 (0: an all-HBF
         package, HBFlex, with no GPU–HBM or Relay link); HBF stacks, units and regions whole numbers >= 1;
         sizes and times > 0 with tPROG >= tR and pages a multiple of 512 B; ``place`` rows on the
@@ -90,12 +91,14 @@ class OrgKnobs:
         reachable (HBM through a GPU–HBM link, HBF through Direct or Relay), and a fixed split may
         send experts only over paths that exist. ``rate_t_read_us`` (``None``: ``t_read_us``) is the
         reference tR of the latency-only reading (``tr_sets_rate = 0``); ``write_window_layers`` a
-        whole number of layers >= 1."""
+        whole number of layers >= 1; ``hbf_interface_gbps`` > 0 caps what a stack's arrays can send out
+        (``MAX_GBPS``: only the links and arrays, as in both papers)."""
         c = cls.__name__
         for name, value in (("gpu_hbm_gbps", gpu_hbm_gbps), ("direct_gbps", direct_gbps),
                             ("relay_gbps", relay_gbps), ("hbm_bw_gbps", hbm_bw_gbps)):
             require_real(c, name, value, 0.0, MAX_GBPS)
         require_real(c, "hbf_write_gbps", hbf_write_gbps, 0.0, MAX_GBPS, lo_open=True)
+        require_real(c, "hbf_interface_gbps", hbf_interface_gbps, 0.0, MAX_GBPS, lo_open=True)
         require_int(c, "hbm_stacks", hbm_stacks, 0, MAX_COUNT)
         require(hbm_stacks > 0 or (gpu_hbm_gbps == 0 and relay_gbps == 0), c, "hbm_stacks", hbm_stacks,
                 f"0 HBM stacks leave no GPU–HBM or Relay link (gpu_hbm_gbps = {gpu_hbm_gbps}, "
@@ -153,7 +156,7 @@ class OrgKnobs:
                    relay_fraction=f(relay_fraction), lookahead=f(lookahead),
                    shared_array_rate=f(shared_array_rate), hbf_write_gbps=f(hbf_write_gbps),
                    tr_sets_rate=f(tr_sets_rate), rate_t_read_us=f(rate_t_read_us),
-                   write_window_layers=f(write_window_layers))
+                   write_window_layers=f(write_window_layers), hbf_interface_gbps=f(hbf_interface_gbps))
 
 
 def _check_place(owner: str, place: np.ndarray) -> None:

@@ -298,7 +298,8 @@ class _Org:
         self.relay = self.pairs * min(k["relay_gbps"], k["gpu_hbm_gbps"])  # a relay route also crosses GPU–HBM
         rate_tr = k["t_read_us"] if k["tr_sets_rate"] > 0.5 else k["rate_t_read_us"]  # delivery.rate_t_read_us
         per_tr = k["hbf_stacks"] / (rate_tr * 1e3)
-        self.source = min(k["parallel_units"] * k["page_bytes"] * per_tr, k["hbf_sram_region_bytes"] * per_tr)
+        self.source = min(k["parallel_units"] * k["page_bytes"] * per_tr, k["hbf_sram_region_bytes"] * per_tr,
+                          k["hbf_stacks"] * k["hbf_interface_gbps"])  # delivery.source_gbps: min(A, S, I)
         self.shared = k["shared_array_rate"] > 0.5
         self.place = k["place"]
         self.page_wave = k["hbf_stacks"] * k["parallel_units"] * k["page_bytes"]
