@@ -1,14 +1,16 @@
 """The Chrome timeline of one stream (``hbfjax.serve.timeline``, issue 25): recording leaves the replay's numbers
 unchanged, every track adds up to the run's totals (pass slices to busy time, layers, head and stall to
 each pass, operators to each layer, the stall and program tracks to their totals), the window bounds the
-file, and what the replay cannot model is refused. The replay against the engine: ``test_cli_serve``
-(the JSON's busy time and stalls) and ``test_serve_reference`` (every time and total)."""
+file, and what the replay cannot model is refused; on HBFlex's parts (the block-store case of
+``test_hbflex_reference``) the GC track adds up to the GC the run booked. The replay against the engine:
+``test_cli_serve`` (the JSON's busy time and stalls), ``test_serve_reference`` and ``test_hbflex_reference``
+(every time and total)."""
 
 import json
 
 import pytest
 
-from hbfjax.serve import reference, systems, timeline
+from hbfjax.serve import hbflex_reference, reference, systems, timeline
 from hbfjax.validate import ConfigError
 
 MODEL = "qwen3-235b-a22b"
@@ -23,16 +25,61 @@ def dash():
 
 
 def _replay(family, window=(0, 10_000)):
-    result, totals, record = timeline.replay(family, 0, 1, 3)
+    result, totals, record, chunks, _ = timeline.replay(family, 0, 1, 3)
+    assert chunks == []  # DASH's organisations have no block store
     trace, summary = timeline.chrome_trace(result, record, family.config.model, window, "test")
     return result, totals, record, trace, summary
 
 
 def test_recording_leaves_the_replay_unchanged(dash):
     plain, plain_totals, _ = reference.serve(1, 3, dash.points[0], dash.config)
-    result, totals, record = timeline.replay(dash, 0, 1, 3)
+    result, totals, record, _, _ = timeline.replay(dash, 0, 1, 3)
     assert (result.first_token_us, result.finish_us) == (plain.first_token_us, plain.finish_us)
     assert totals == plain_totals and len(record) == totals.passes
+
+
+@pytest.fixture(scope="module")
+def naive_hbf():
+    """The naive-hbf policy on the block-store case of test_hbflex_reference (reuse, LRU eviction, GC)."""
+    from test_hbflex_reference import POLICIES, SEED, case
+
+    config, knobs, inputs = case()
+    kn = knobs[POLICIES.index("naive-hbf")]
+    record: list = []
+    result, totals, step = hbflex_reference.serve(0, SEED, kn, config, inputs, record=record)
+    plain = hbflex_reference.serve(0, SEED, kn, config, inputs)
+    return config, result, totals, step, record, plain
+
+
+def test_hbflex_recording_leaves_the_replay_unchanged(naive_hbf):
+    _, result, totals, step, record, (plain, plain_totals, plain_step) = naive_hbf
+    assert (result.first_token_us, result.finish_us) == (plain.first_token_us, plain.finish_us)
+    assert totals == plain_totals and step.hbf_totals() == plain_step.hbf_totals()
+    assert len(record) == totals.passes and plain_step.chunks is None
+
+
+def test_hbflex_tracks_add_up_to_the_run_totals(naive_hbf):
+    config, result, totals, step, record, _ = naive_hbf
+    trace, summary = timeline.chrome_trace(result, record, config.model, (0, 10_000), "test", step.chunks)
+    events = trace["traceEvents"]
+    slices = [e for e in events if e["ph"] == "X"]
+    passes = [e for e in slices if e["tid"] == 1]
+    gc = [e for e in slices if e["tid"] == 6]
+    h = step.hbf_totals()
+    assert sum(e["dur"] for e in passes) == pytest.approx(totals.busy_us, rel=1e-12)
+    assert h["gc_us"] > 0 and sum(e["dur"] for e in gc) == pytest.approx(h["gc_us"], rel=1e-12)
+    assert summary["window_gc_s"] == pytest.approx(h["gc_us"] * 1e-6, rel=1e-12)
+    assert sum(e["args"]["read_waves"] for e in passes) == pytest.approx(h["read_waves"], rel=1e-12)
+    assert sum(e["args"]["kv_read_stall_us"] for e in passes) == pytest.approx(h["kv_read_stall_us"], rel=1e-12)
+    evicted = [int(e["name"].split()[0]) for e in events if e["ph"] == "i" and "evicted" in e["name"]]
+    assert sum(evicted) == step.cache.evicted > 0  # every LRU eviction of the run (none in its last chunk here)
+    # GC runs at its iteration's start, before the passes: no pass overlaps a GC slice
+    for g in gc:
+        assert not any(p["ts"] < g["ts"] + g["dur"] - 1e-6 and g["ts"] < p["ts"] + p["dur"] for p in passes)
+    sram = [e for e in events if e["ph"] == "C" and e["name"].startswith("base-die SRAM")]
+    assert len(sram) == totals.passes and max(e["args"]["in use"] for e in sram) * 1e6 == pytest.approx(
+        h["sram_peak_bytes"], rel=1e-12)
+    json.dumps(trace)
 
 
 def test_every_track_adds_up_to_the_run_totals(dash):
@@ -90,7 +137,7 @@ def test_bad_window_is_refused(text):
         timeline.parse_window(text)
 
 
-@pytest.mark.parametrize("name, changes, match", [("hbflex", {}, "parts"), ("hybrid", {}, "CPU"),
+@pytest.mark.parametrize("name, changes, match", [("dash", {"reads": "planes"}, "parts"), ("hybrid", {}, "CPU"),
                                                    ("dash", {"routing": "zipf"}, "routing")])
 def test_what_the_replay_cannot_model_is_refused(name, changes, match):
     family = systems.single(name, systems.Scenario.fixed_batch(MODEL, batch=2, prompt=64, output=4, **changes))

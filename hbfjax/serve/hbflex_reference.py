@@ -538,6 +538,7 @@ class HbflexStep(reference.ServeStep):
         pilot = np.asarray(plane_store.pilots(words, reqs.session, reqs.valid, self.sc.planes)).tolist()
         self.blocks = SampledPlanes(self.sc, self.sk, starts, words, pilot)
         self.read_scale_us = 0.0  # Σ layers × (wave µs + bytes µs): the scale of kv_read_stall_us's cancellation
+        self.chunks = None  # with recording on (hbfjax.serve.timeline), a list of each chunk's block-store events
 
     # --- admission (the parts' admit hooks: tiers, sessions, blocks) ---------------------------------
     def admit(self, requests: list, new: list, kv_tokens: list, now, arrival: list | None = None) -> list:
@@ -617,14 +618,17 @@ class HbflexStep(reference.ServeStep):
                 s = self.session[q]
                 self.block_bytes[s] = self.block_bytes.get(s, 0.0) + new * m.kv_token
         per_token = m.kv_token
-        self._add_sums(dict(
+        values = dict(
             busy_us=us, prefill_write_bytes=ps.chunk_tokens * per_token if self.all_hbf else to_hbf * per_token,
             writeback_bytes=ps.decode * per_token if self.all_hbf else back_bytes, write_stall_us=stall,
             program_busy_us=hw["busy_us"] if self.all_hbf else dash_busy, writeback_passes=float(back > 0),
             expert_direct_bytes=direct, expert_direct_max_bytes=direct_max, expert_relay_bytes=relay,
-            hbm_read_bytes=hbm_read, hbf_read_bytes=hbf_read, stall_scale_us=0.0 if self.all_hbf else scale),
-            hbm_after, hbf_after)
+            hbm_read_bytes=hbm_read, hbf_read_bytes=hbf_read, stall_scale_us=0.0 if self.all_hbf else scale)
+        self._add_sums(values, hbm_after, hbf_after)
         layers, h = float(len(layer_us)), self.hbf
+        self._record_pass(values, requests, batch, ps, layer_us, head_us, hbm_after, hbf_after,
+                          read_waves=layers * reads * waves, kv_read_stall_us=layers * max(wave_us - byte_us, 0.0),
+                          sram_bytes=min(others, self.sram) + hw["peak_bytes"], sram_capacity_bytes=self.sram)
         h["read_waves"] += layers * reads * waves
         h["ideal_waves"] += layers * reads * ideal
         h["kv_read_stall_us"] += layers * max(wave_us - byte_us, 0.0)
@@ -646,10 +650,19 @@ class HbflexStep(reference.ServeStep):
             new_bytes[s] = b
         self.block_bytes = {}
         self.blocks.write(new_bytes)
-        self.blocks.invalidate(self.cache.evict(self.running_kv, self.room_tokens, self.p["evict_threshold"]))
+        evicted = self.cache.evict(self.running_kv, self.room_tokens, self.p["evict_threshold"])
+        self.blocks.invalidate(evicted)
         f = np.float32
-        moved_bytes = float(f(self.blocks.collect()) * f(self.blocks.package_scale()) * f(self.sk.page_bytes))
-        self.gc_pending_us += moved_bytes * 1e-3 * (1.0 / max(self.write_gbps, 1e-9) + 1.0 / self.hbf_cut)
+        moved_pages = self.blocks.collect()
+        moved_bytes = float(f(moved_pages) * f(self.blocks.package_scale()) * f(self.sk.page_bytes))
+        gc_us = moved_bytes * 1e-3 * (1.0 / max(self.write_gbps, 1e-9) + 1.0 / self.hbf_cut)
+        self.gc_pending_us += gc_us
+        if self.chunks is not None:  # the timeline's block-store events: GC timed at the next iteration's start
+            self.chunks.append(dict(call=self.calls, gc_us=gc_us, moved_sampled_pages=int(moved_pages),
+                                    moved_package_bytes=moved_bytes, evicted_sessions=len(evicted),
+                                    cached_sessions=len(self.cache.tokens),
+                                    cached_tokens=sum(self.cache.tokens.values()),
+                                    erases_sampled=int(self.blocks.erases), waf=self.blocks.waf()))
 
     def hbf_totals(self) -> dict:
         return dict(self.hbf)
@@ -667,13 +680,14 @@ def read_table(knobs: ServeKnobs, inputs: ServeInputs):
 
 
 def serve(stream_id: int, seed: int, knobs: ServeKnobs, config: ServeConfig, inputs=None,
-          max_iterations: int | None = None):
+          max_iterations: int | None = None, record: list | None = None):
     """One stream of ``engine.simulate(stream_id, seed, knobs, inputs, config)`` with HBFlex's parts
     (``config.parts = parts.ORDER``) in plain Python: (:class:`reference.Result` with float µs times,
     :class:`reference.Totals`, the :class:`HbflexStep`, whose ``hbf_totals()`` are :data:`HBF_FIELDS`,
     ``cache`` the sessions and ``blocks`` the block store; ``loop_s`` is the loop's time without the
     JAX hashes and block-store calls). ``inputs``: the run's ``ServeInputs`` (a trace and the read
-    laws; :func:`read_table`)."""
+    laws; :func:`read_table`). ``record``: a list each pass's detail is appended to, with the step's
+    ``chunks`` each chunk's block-store events (``hbfjax.serve.timeline``)."""
     c = "hbflex_reference.serve"
     require(tuple(config.parts) == ORDER, c, "config.parts", config.parts, f"must be HBFlex's parts {ORDER}")
     require(config.timing_kind == "organisation", c, "config.timing_kind", config.timing_kind, "must be 'organisation'")
@@ -688,6 +702,8 @@ def serve(stream_id: int, seed: int, knobs: ServeKnobs, config: ServeConfig, inp
     n = int(valid.sum())
     assert valid[:n].all(), "valid requests must be a prefix"
     step = HbflexStep(knobs, config, reqs, seed, stream_id, read_table(knobs, inputs))
+    if record is not None:
+        step.record, step.chunks = record, []
     # the batcher's tiers (parts.tiers.batcher_knobs): the HBM budget, and the HBF room where running
     # requests' KV may live in HBF (H3: HBM only)
     hbf = step.room_tokens if step.p["hbf_request_kv"] > 0 else 0

@@ -679,21 +679,30 @@ class ServeStep:
         to_hbf, back, hbm_after, hbf_after = self._book(requests, kv_tokens, batch)
         stall, busy, scale, back_bytes = self._dash_writes(to_hbf, back, windows)
         us = sum(layer_us) + head_us + stall
-        self._add_sums(dict(busy_us=us, prefill_write_bytes=to_hbf * m.kv_token, writeback_bytes=back_bytes,
-                            write_stall_us=stall, program_busy_us=busy, writeback_passes=float(back > 0),
-                            expert_direct_bytes=direct, expert_direct_max_bytes=direct_max, expert_relay_bytes=relay,
-                            hbm_read_bytes=hbm_read, hbf_read_bytes=hbf_read, stall_scale_us=scale), hbm_after, hbf_after)
-        if self.record is not None:
-            self.record.append(dict(call=self.calls, us=us, layer_us=layer_us, head_us=head_us, stall_us=stall,
-                                    program_busy_us=busy, decode_tokens=ps.decode, prefill_tokens=ps.chunk_tokens,
-                                    direct_bytes=direct, relay_bytes=relay, hbm_read_bytes=hbm_read,
-                                    hbf_read_bytes=hbf_read, prefill_write_bytes=to_hbf * m.kv_token,
-                                    writeback_bytes=back_bytes, kv_hbm_bytes=hbm_after * m.kv_token,
-                                    kv_hbf_bytes=hbf_after * m.kv_token,
-                                    decode_requests=[q for q, d in zip(requests, batch.decode_mask) if d and q >= 0],
-                                    prefill_requests=[q for q, c in zip(requests, batch.chunk_mask) if c and q >= 0],
-                                    **self.detail))
+        values = dict(busy_us=us, prefill_write_bytes=to_hbf * m.kv_token, writeback_bytes=back_bytes,
+                      write_stall_us=stall, program_busy_us=busy, writeback_passes=float(back > 0),
+                      expert_direct_bytes=direct, expert_direct_max_bytes=direct_max, expert_relay_bytes=relay,
+                      hbm_read_bytes=hbm_read, hbf_read_bytes=hbf_read, stall_scale_us=scale)
+        self._add_sums(values, hbm_after, hbf_after)
+        self._record_pass(values, requests, batch, ps, layer_us, head_us, hbm_after, hbf_after)
         return us
+
+    def _record_pass(self, values: dict, requests: list, batch: Batch, ps: _Pass, layer_us: list, head_us: float,
+                     hbm_after: int, hbf_after: int, **extra) -> None:
+        """With recording on, append one pass's detail (``values``: its totals by Totals field) to ``record``."""
+        if self.record is None:
+            return
+        per_token = self.m.kv_token
+        self.record.append(dict(
+            call=self.calls, us=values["busy_us"], layer_us=layer_us, head_us=head_us, stall_us=values["write_stall_us"],
+            program_busy_us=values["program_busy_us"], decode_tokens=ps.decode, prefill_tokens=ps.chunk_tokens,
+            direct_bytes=values["expert_direct_bytes"], relay_bytes=values["expert_relay_bytes"],
+            hbm_read_bytes=values["hbm_read_bytes"], hbf_read_bytes=values["hbf_read_bytes"],
+            prefill_write_bytes=values["prefill_write_bytes"], writeback_bytes=values["writeback_bytes"],
+            kv_hbm_bytes=hbm_after * per_token, kv_hbf_bytes=hbf_after * per_token,
+            decode_requests=[q for q, d in zip(requests, batch.decode_mask) if d and q >= 0],
+            prefill_requests=[q for q, c in zip(requests, batch.chunk_mask) if c and q >= 0],
+            **self.detail, **extra))
 
     def _add_sums(self, values: dict, hbm_after: int, hbf_after: int) -> None:
         """Book one pass's totals (``values`` by Totals field) and its KV residency after it, in tokens."""

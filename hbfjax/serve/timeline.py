@@ -2,12 +2,13 @@
 chrome://tracing.
 
 The timeline is a replay of the chosen stream, with recording on, by the engine's plain-Python reference
-(``hbfjax.serve.reference.serve``: the same requests and routing draws, every first-token and finish time
-and every total equal to the engine's within the float32 bound, ``tests/test_serve_reference.py``), so
-the jitted rollout itself runs unchanged and its numbers are the same with or without a timeline. The
-reference composes the tiers part on a DASH organisation, so the timeline covers DASH's four
-organisations (uniform routing, the linear reads, open-loop arrivals or a trace replay); the HBFlex
-organisations' parts (sessions, blocks, GC) are not in the reference yet and are refused.
+(``hbfjax.serve.reference.serve`` for DASH's organisations, ``hbfjax.serve.hbflex_reference.serve`` for
+HBFlex's: the same requests and routing draws, every first-token and finish time and every total equal
+to the engine's within the float32 bound, ``tests/test_serve_reference.py`` and
+``tests/test_hbflex_reference.py``), so the jitted rollout itself runs unchanged and its numbers are the
+same with or without a timeline. Covered: DASH's four organisations (the tiers part: open-loop arrivals
+or a trace replay) and HBFlex's organisations (all six parts, closed loops included), with uniform
+routing and the tabulated read waves; other part sets (``--reads planes`` on DASH) are refused.
 
 Tracks (one process, times in µs of simulated time):
 
@@ -20,8 +21,12 @@ Tracks (one process, times in µs of simulated time):
 * ``KV writes``: the KV a pass programs (direct prefill writes, writebacks) over its layers, with the
   program-busy time, and its exposed KV-write stall, which the engine books after the pass's layers;
 * ``requests``: when each request is first scheduled, emits its first token and finishes;
+* ``block store`` (HBFlex's organisations): each chunk's GC, timed at the next iteration's start as the
+  engine books it (its migrated pages, the sampled planes' erases and WAF so far), and its LRU
+  evictions of retained sessions;
 * counters: the KV resident in HBM and HBF (GB) after each pass, and the requests in the pass and in
-  the system (arrived, not finished).
+  the system (arrived, not finished); with HBFlex's parts also the base-die SRAM in use (MB: prefetch,
+  offloaded KV pages, the GC buffer and the buffered KV writes' peak) and the sessions retained.
 
 A window of passes bounds the file (``--timeline-passes A:B``, at most :data:`MAX_PASSES`).
 """
@@ -30,13 +35,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import NamedTuple
 
 from hbfjax.validate import ConfigError
 
 DETAIL_PASSES = 64  # passes of a window whose layers and operators are written
 MAX_PASSES = 100_000  # passes one timeline may hold (a few slices each without detail)
 _TRACKS = {"passes": (1, "GPU passes"), "layers": (2, "layers"), "operators": (3, "operators"),
-           "writes": (4, "KV writes"), "requests": (5, "requests")}
+           "writes": (4, "KV writes"), "requests": (5, "requests"), "blocks": (6, "block store")}
+HBFLEX_PARTS = ("tiers", "sessions", "reads", "writes", "sram", "blocks")  # hbfjax.serve.parts.ORDER
 GB = 1e9
 
 
@@ -61,39 +68,87 @@ def check_family(family, k: int) -> None:
     name = family.names[k]
     if family.points[k].org is None or config.timing_kind != "organisation":
         raise ConfigError(f"--timeline: {name} is a CPU-offloading system; timelines cover DASH's organisations")
-    if tuple(config.parts) != ("tiers",):
-        extra = ", ".join(p for p in config.parts if p != "tiers")
-        raise ConfigError(f"--timeline: {name} runs the parts {extra} (HBFlex's organisations, or --reads planes), "
-                          "which the replay does not model yet; time a DASH organisation with the linear reads")
+    hbflex = tuple(config.parts) == HBFLEX_PARTS
+    if tuple(config.parts) != ("tiers",) and not hbflex:
+        raise ConfigError(f"--timeline: {name} runs the parts {', '.join(config.parts)} (--reads planes on a DASH "
+                          "organisation), which the replay does not model; time it with the linear reads")
     if config.routing_draw != "counts":
         raise ConfigError(f"--timeline: {name} draws routing per token (--routing zipf or balanced); the replay "
                           "takes uniform routing")
-    if config.batcher.tasks:
-        raise ConfigError("--timeline: a closed loop (--tasks) is not replayed yet; use --rate or --trace")
+    if hbflex and config.reads.wave_draw != "table":
+        raise ConfigError(f"--timeline: {name} draws its read waves exactly; the replay takes the tabulated law")
+    if config.batcher.tasks and not hbflex:
+        raise ConfigError(f"--timeline: a closed loop (--tasks) on {name} is not replayed (HBFlex's organisations "
+                          "only); use --rate or --trace")
     if family.inputs.table is not None:
         raise ConfigError("--timeline: a measured GPU table (--profile-table) is not replayed; use the roofline")
 
 
-def replay(family, k: int, stream: int, seed: int) -> tuple:
-    """(reference ``Result``, its ``Totals``, the passes' records) of stream ``stream`` of point ``k``."""
-    from hbfjax.serve import reference
+class Replay(NamedTuple):
+    result: object  # reference.Result: float µs times
+    totals: object  # reference.Totals
+    record: list  # one dict per non-empty pass (reference.ServeStep._record_pass)
+    chunks: list  # one dict per chunk's block-store events (HBFlex's parts; empty for DASH's)
+    hbf_totals: dict  # HBFlex's extra totals (hbflex_reference.HBF_FIELDS; empty for DASH's)
 
+
+def replay(family, k: int, stream: int, seed: int) -> Replay:
+    """Stream ``stream`` of point ``k`` replayed by the reference with recording on."""
     check_family(family, k)
     record: list = []
+    if tuple(family.config.parts) == HBFLEX_PARTS:
+        from hbfjax.serve import hbflex_reference
+
+        result, totals, step = hbflex_reference.serve(stream, seed, family.points[k], family.config,
+                                                      inputs=family.inputs, record=record)
+        return Replay(result, totals, record, step.chunks, step.hbf_totals())
+    from hbfjax.serve import reference
+
     result, totals, _ = reference.serve(stream, seed, family.points[k], family.config, trace=family.inputs.trace,
                                         record=record)
-    return result, totals, record
+    return Replay(result, totals, record, [], {})
 
 
-def _pass_starts(result, record) -> list:
-    """Each recorded pass's start (µs): its iteration's start plus the passes before it in the iteration."""
+def _gc_by_call(chunks: list) -> dict:
+    """µs of GC booked at the start of each iteration (a chunk's GC runs before the next iteration's passes)."""
+    out: dict = {}
+    for c in chunks:
+        out[c["call"]] = out.get(c["call"], 0.0) + c["gc_us"]
+    return out
+
+
+def _pass_starts(result, record, gc_us: dict) -> list:
+    """Each recorded pass's start (µs): its iteration's start, the GC booked there, and the passes before it
+    in the iteration."""
     starts, offset, last = [], 0.0, None
     for r in record:
         if r["call"] != last:
-            offset, last = 0.0, r["call"]
+            offset, last = gc_us.get(r["call"], 0.0), r["call"]
         starts.append(result.log[r["call"]]["start_us"] + offset)
         offset += r["us"]
     return starts
+
+
+def _block_events(result, chunks: list, lo: float, hi: float) -> tuple[list, float]:
+    """The block store's slices and counters within [lo, hi] µs; the GC µs they hold."""
+    events, gc_total = [], 0.0
+    for c in chunks:
+        if c["call"] >= len(result.log):  # the run's last chunk: no iteration left to book its GC
+            continue
+        at = result.log[c["call"]]["start_us"]
+        if not lo <= at <= hi:
+            continue
+        if c["gc_us"] > 0:
+            events.append(_slice("blocks", "GC migrations", at, c["gc_us"], moved_package_bytes=c["moved_package_bytes"],
+                                 moved_sampled_pages=c["moved_sampled_pages"], erases_sampled=c["erases_sampled"],
+                                 waf=c["waf"]))
+            gc_total += c["gc_us"]
+        if c["evicted_sessions"]:
+            events.append({"name": f"{c['evicted_sessions']} sessions evicted (LRU)", "ph": "i", "s": "t", "ts": at,
+                           "pid": 1, "tid": _TRACKS["blocks"][0]})
+        events.append({"name": "sessions retained", "ph": "C", "ts": at, "pid": 1,
+                       "args": {"sessions": c["cached_sessions"], "KV (M tokens)": c["cached_tokens"] / 1e6}})
+    return events, gc_total
 
 
 def _slice(track: str, name: str, ts: float, dur: float, **args) -> dict:
@@ -124,13 +179,14 @@ def _operators(r: dict, kinds: list, start: float) -> list:
     return events
 
 
-def chrome_trace(result, record, model, window: tuple[int, int], title: str) -> tuple[dict, dict]:
+def chrome_trace(result, record, model, window: tuple[int, int], title: str, chunks: list = ()) -> tuple[dict, dict]:
     """(the Chrome trace of passes ``window`` of a replay, its summary: window, events, sums)."""
     a, b = window
     if a >= len(record):
         raise ConfigError(f"--timeline-passes {a}:{b}: the run has {len(record)} passes")
     b = min(b, len(record))
-    starts = _pass_starts(result, record)
+    gc_us = _gc_by_call(chunks)
+    starts = _pass_starts(result, record, gc_us)
     events = [{"name": "process_name", "ph": "M", "pid": 1, "args": {"name": title}}]
     events += [{"name": "thread_name", "ph": "M", "pid": 1, "tid": tid, "args": {"name": label}}
                for tid, label in _TRACKS.values()]
@@ -143,7 +199,7 @@ def chrome_trace(result, record, model, window: tuple[int, int], title: str) -> 
                              t0, r["us"], decode_tokens=r["decode_tokens"], prefill_tokens=r["prefill_tokens"],
                              direct_bytes=r["direct_bytes"], relay_bytes=r["relay_bytes"],
                              hbm_read_bytes=r["hbm_read_bytes"], hbf_read_bytes=r["hbf_read_bytes"],
-                             stall_us=r["stall_us"]))
+                             stall_us=r["stall_us"], **{k: r[k] for k in ("read_waves", "kv_read_stall_us") if k in r}))
         if p < a + DETAIL_PASSES:
             events += _operators(r, list(model.layer_kinds), t0)
         if r["prefill_write_bytes"] or r["writeback_bytes"]:
@@ -156,6 +212,9 @@ def chrome_trace(result, record, model, window: tuple[int, int], title: str) -> 
                         and (result.finish_us[q] is None or result.finish_us[q] > end))
         events.append({"name": "KV resident (GB)", "ph": "C", "ts": end, "pid": 1,
                        "args": {"HBM": r["kv_hbm_bytes"] / GB, "HBF": r["kv_hbf_bytes"] / GB}})
+        if "sram_bytes" in r:
+            events.append({"name": "base-die SRAM (MB)", "ph": "C", "ts": end, "pid": 1,
+                           "args": {"in use": r["sram_bytes"] / 1e6, "capacity": r["sram_capacity_bytes"] / 1e6}})
         events.append({"name": "requests", "ph": "C", "ts": end, "pid": 1,
                        "args": {"in pass": len(set(r["decode_requests"]) | set(r["prefill_requests"])),
                                 "in system": in_system}})
@@ -167,6 +226,8 @@ def chrome_trace(result, record, model, window: tuple[int, int], title: str) -> 
         sums["stall_us"] += r["stall_us"]
         sums["program_busy_us"] += r["program_busy_us"]
     lo, hi = starts[a], starts[b - 1] + record[b - 1]["us"]
+    blocks, window_gc_us = _block_events(result, chunks, lo - gc_us.get(record[a]["call"], 0.0), hi)
+    events += blocks
     for q, (first, done) in enumerate(zip(result.first_token_us, result.finish_us)):
         for label, at in (("first token", first), ("finished", done)):
             if at is not None and lo <= at <= hi:
@@ -174,7 +235,7 @@ def chrome_trace(result, record, model, window: tuple[int, int], title: str) -> 
     summary = {"passes": [a, b], "run_passes": len(record), "detail_passes": [a, min(b, a + DETAIL_PASSES)],
                "events": len(events), "window_start_s": lo * 1e-6, "window_end_s": hi * 1e-6,
                "window_busy_s": sums["busy_us"] * 1e-6, "window_stall_s": sums["stall_us"] * 1e-6,
-               "window_program_busy_s": sums["program_busy_us"] * 1e-6}
+               "window_program_busy_s": sums["program_busy_us"] * 1e-6, "window_gc_s": window_gc_us * 1e-6}
     trace = {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"title": title, **summary}}
     return trace, summary
 
@@ -186,15 +247,16 @@ def _instant(name: str, ts: float) -> dict:
 def write(family, k: int, stream: int, seed: int, window: tuple[int, int], path) -> dict:
     """Replay stream ``stream`` of point ``k`` of ``family``, write passes ``window`` of it to ``path`` as
     Chrome trace JSON; the summary for the run's JSON."""
-    result, totals, record = replay(family, k, stream, seed)
+    result, totals, record, chunks, hbf = replay(family, k, stream, seed)
     title = f"hbfjax {family.names[k]}, stream {stream}, seed {seed}"
-    trace, summary = chrome_trace(result, record, family.config.model, window, title)
+    trace, summary = chrome_trace(result, record, family.config.model, window, title, chunks)
     path = Path(path)
     try:
         path.write_text(json.dumps(trace, separators=(",", ":")))
     except OSError as err:
         raise ConfigError(f"--timeline {path}: cannot write it ({err.strerror})") from None
     return {"file": str(path), "system": family.names[k], "stream": stream, **summary,
-            "run_busy_s": totals.busy_us * 1e-6,
-            "source": "a replay of the stream by the plain-Python reference (hbfjax.serve.reference), equal to the "
-                      "engine's run within the float32 bound; the simulation ran unchanged"}
+            "run_busy_s": totals.busy_us * 1e-6, **({"run_gc_s": hbf["gc_us"] * 1e-6} if hbf else {}),
+            "source": "a replay of the stream by the plain-Python reference (hbfjax.serve.reference, or "
+                      "hbfjax.serve.hbflex_reference for HBFlex's organisations), equal to the engine's run within "
+                      "the float32 bound; the simulation ran unchanged"}
