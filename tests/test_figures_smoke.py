@@ -32,7 +32,8 @@ NAMES = ("azure_llm_2023_code.csv", "mooncake_conversation.jsonl", "swebench_min
 CHILD_XLA_FLAGS = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
 GROUPS = {
     "dash": ("dash10_offload", "dash11_lookahead", "dash12_sensitivity", "dash12_write_latency",
-             "dash9a_throughput", "dash9b_workloads", "dash_consistency", "dash_cost", "dash_lifetime", "dash_table3_p90", "energy_cost"),
+             "dash9a_throughput", "dash9b_workloads", "dash_consistency", "dash_cost", "dash_lifetime", "dash_table3_p90", "energy_cost", "hbf_parts_tr",
+             "read_reclaim"),
     "hbflex": ("hbflex13c_decode_tokens", "hbflex15_latency", "hbflex16_concurrency", "hbflex17_read_amplification",
                "hbflex18_stall", "hbflex19_waf", "hbflex20_offload", "hbflex5_imbalance", "hbflex7a_logical_page",
                "hbflex9_stages", "hbflex_table2_ablation"),

@@ -9,6 +9,8 @@ import dataclasses
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from hbfjax.commands._common import add_common_args, add_hbf_args, emit, hbf_part, text_file
 from hbfjax.commands import _choices as names
 from hbfjax.validate import ConfigError, number
@@ -200,10 +202,18 @@ def register(subparsers) -> None:
                         "misses; 38.4 = the 307.2 GB/s peak over the eight cores that saturate it in DASH Fig. 10(a))")
     add_hbf_args(p, times=())  # --hbf, --read-units-per-die; --t-read-us/--t-prog-us above fill or override
     add_energy_args(p)
+    r = p.add_argument_group("read reclaim and refresh of the HBF weights (issue 26; off unless given)")
+    r.add_argument("--read-disturb-reads", type=number(float, 1.0, 1e15), default=None, metavar="N",
+                   help="reads a block takes before it is relocated (issue 26's public artifact: 1e6); adds the "
+                        "renewal estimate of reclaim from the run's weight reads (hbfjax.read_reclaim)")
+    r.add_argument("--refresh-hours", type=number(float, 0.0, 1e6), default=None, metavar="T",
+                   help="with --read-disturb-reads: rewrite every block not rewritten for T hours (OCP HBF v0.7: "
+                        "24-48 h; default off)")
     t = p.add_argument_group("timeline (Chrome trace-event JSON: ui.perfetto.dev, chrome://tracing)")
     t.add_argument("--timeline", default=None, metavar="FILE.json",
                    help="write one stream's passes, layers, operators, KV writes and requests as a Chrome trace "
-                        "(a replay by the plain-Python reference; DASH's organisations)")
+                        "(a replay by the plain-Python reference; DASH's and HBFlex's organisations, "
+                        "HBFlex's with its GC, evictions and SRAM)")
     t.add_argument("--timeline-system", default=None, metavar="NAME", help="the system timed (default: the first)")
     t.add_argument("--timeline-stream", type=number(int, 0, 10**9), default=None, metavar="S",
                    help="the stream timed (default 0)")
@@ -560,19 +570,47 @@ def plan(args, timeline_ok: bool = False) -> tuple[dict, list]:
     costs, cost = energy_models(args)
     pj_per_flop = costs.pj_per_flop(header["gpu"], gpus.preset(header["gpu"]).peak_tflops_bf16)
     header["energy_model"] = energy.describe(costs, cost, pj_per_flop)
-    return header, [_with_energy(f, costs, cost, pj_per_flop) for f in systems.families(args.system, sc)]
+    reclaim = reclaim_model(args, cost)
+    if reclaim is not None:
+        from hbfjax import read_reclaim
+
+        header["reclaim_model"] = read_reclaim.describe(reclaim)
+    return header, [_with_energy(f, costs, cost, pj_per_flop, reclaim) for f in systems.families(args.system, sc)]
 
 
-def _with_energy(family, costs, cost, pj_per_flop):
-    """``family`` whose report adds each point's energy and cost keys (``hbfjax.energy.report``), also on
-    the points ``with_points`` gives it."""
+def reclaim_model(args, cost):
+    """The run's ``read_reclaim.ReclaimModel`` (None without --read-disturb-reads); --refresh-hours alone is
+    refused."""
+    if getattr(args, "read_disturb_reads", None) is None:
+        if getattr(args, "refresh_hours", None) is not None:
+            raise ConfigError(f"--refresh-hours {args.refresh_hours:g}: give --read-disturb-reads N too "
+                              "(1e6: issue 26's public artifact)")
+        return None
+    from hbfjax import read_reclaim
+
+    return read_reclaim.ReclaimModel(threshold_reads=args.read_disturb_reads, refresh_hours=args.refresh_hours or 0.0,
+                                     pe_cycles=cost.pe_cycles)
+
+
+def _with_energy(family, costs, cost, pj_per_flop, reclaim=None):
+    """``family`` whose report adds each point's energy and cost keys (``hbfjax.energy.report``) and, with a
+    reclaim model, its read-reclaim keys (``hbfjax.read_reclaim.report``), also on the points ``with_points``
+    gives it."""
     from hbfjax import energy
 
     def report(o, k):
-        return {**family.report(o, k), **energy.report(o, family.points[k].org, family.config.model, costs, cost,
-                                                          pj_per_flop)}
+        org, model = family.points[k].org, family.config.model
+        out = {**family.report(o, k), **energy.report(o, org, model, costs, cost, pj_per_flop)}
+        if reclaim is not None and org is not None:
+            from hbfjax import read_reclaim
+
+            a = energy.activity(o, org, model)
+            totals = {key: np.asarray(v, np.float64) for key, v in o.totals._asdict().items()}
+            out.update(read_reclaim.report(totals, org, model, a.gpu_write_bytes + a.hbm_write_bytes + a.gc_bytes,
+                                           reclaim))
+        return out
     return family._replace(report=report, with_points=lambda *a, **kw: _with_energy(family.with_points(*a, **kw),
-                                                                                     costs, cost, pj_per_flop))
+                                                                                     costs, cost, pj_per_flop, reclaim))
 
 
 def family_key(family) -> tuple:
