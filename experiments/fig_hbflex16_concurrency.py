@@ -79,9 +79,15 @@ def _in_system(table, level) -> str:
     return f"{rows.mean_requests_in_system.mean():.0f}"
 
 
+def closed_loop_table(ctx: Context) -> pd.DataFrame:
+    """The closed-loop table (computed once, read back after): also Fig. 15's at the operating point."""
+    return cached_table(ctx, NAME, {"tasks": list(_size(ctx)[4]), "turns": TURNS, "warmup_turns": WARMUP_TURNS,
+                                    "models": list(MODELS), "max_cpu_streams": MAX_CPU_STREAMS}, lambda: _compute(ctx),
+                        module=__name__)
+
+
 def run(ctx: Context) -> list[Comparison]:
-    table = cached_table(ctx, NAME, {"tasks": list(_size(ctx)[4]), "turns": TURNS, "warmup_turns": WARMUP_TURNS,
-                                     "models": list(MODELS), "max_cpu_streams": MAX_CPU_STREAMS}, lambda: _compute(ctx))
+    table = closed_loop_table(ctx)
     _plot(table, ctx)
     lo, hi = min(table.tasks), max(table.tasks)
     h3_hits = table[table.point == "h3"].prefix_hit_tokens_fraction.max()

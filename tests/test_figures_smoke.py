@@ -34,7 +34,7 @@ GROUPS = {
     "dash": ("dash10_offload", "dash11_lookahead", "dash12_sensitivity", "dash12_write_latency",
              "dash9a_throughput", "dash9b_workloads", "dash_consistency", "dash_cost", "dash_lifetime", "dash_table3_p90", "energy_cost", "hbf_parts_tr",
              "read_reclaim"),
-    "hbflex": ("hbflex13c_decode_tokens", "hbflex15_latency", "hbflex16_concurrency", "hbflex17_read_amplification",
+    "hbflex": ("hbflex13c_decode_tokens", "hbflex15_latency", "hbflex15_closed", "hbflex16_concurrency", "hbflex17_read_amplification",
                "hbflex18_stall", "hbflex19_waf", "hbflex20_offload", "hbflex5_imbalance", "hbflex7a_logical_page",
                "hbflex9_stages", "hbflex_table2_ablation"),
     "tune": ("gc_waf_spare", "tune_collide_gc", "tune_collide_sram", "tune_dash_split", "tune_hbflex_sram"),
