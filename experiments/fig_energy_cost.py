@@ -7,8 +7,9 @@ One run of ``hbfjax serve`` per batch size, every system in it on the same GPU (
 §VI-A: a mixed run serves all systems on one GPU, so HBFlex is priced here on DASH's GPU rather than its
 paper's H200) at DASH Fig. 9(a)'s 1K/128 on Qwen3-235B-A22B, a model both papers serve. Neither paper
 reports energy or cost per token, so there is no paper value to compare with: the rows state what our
-numbers are and what sets them. The CPU-offloading systems get throughput only: the engine counts no DRAM
-or PCIe bytes for them (their expert time is a roofline), so their energy is not modelled."""
+numbers are and what sets them. The CPU-offloading systems' energy adds host DRAM, PCIe and the host
+CPU's FLOPs, counted by the engine for the split each system chose (``hbfjax.energy``); their capital is
+the GPU and its own five HBM stacks (the host is left out of every system's capital alike)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ BATCHES = (4, 32)
 PROMPT, OUTPUT = 1024, 128  # DASH Fig. 9(a)'s "1K/128"
 SYSTEMS = ("dash", "compact-dash", "relay-only", "direct-only", "hbflex", "naive-hbf", "h3", "cpu-stream", "hybrid")
 MAX_STREAMS = 8  # a fixed batch is nearly deterministic (only the distinct-expert counts are drawn)
-WHERE = ("gpu_compute", "hbm", "hbf_read", "hbf_program", "hbf_erase", "links", "sram", "static")
+WHERE = ("gpu_compute", "hbm", "hbf_read", "hbf_program", "hbf_erase", "links", "sram", "host_dram", "pcie",
+         "cpu_compute", "static")
 SPENT_ON = ("capital_gpu", "capital_hbm", "capital_hbf", "electricity")
 HIGH_READ_PJ_PER_BIT = 30.0  # the top of the published HBF read range (energy is linear in it: exact)
 METRICS = ("throughput_tokens_per_s", "energy_j_per_token", "energy_j_per_request", "power_w", "cost_usd_per_mtoken",
@@ -87,7 +89,7 @@ def _stacked(ax, t: pd.DataFrame, parts: tuple, prefix: str, scale: float = 1.0)
     for i, part in enumerate(parts):
         v = np.nan_to_num(t[f"{prefix}{part}"].to_numpy(np.float64)) * scale
         if np.any(v > 0):
-            ax.bar(x, v, 0.7, bottom=bottom, label=part, color=f"C{i}")
+            ax.bar(x, v, 0.7, bottom=bottom, label=part, color=plt.cm.tab20(i))
         bottom += v
     for i, missing in enumerate(t[f"{prefix}{parts[0]}"].isna()):
         if missing:
@@ -149,4 +151,15 @@ def run(ctx: Context) -> list[Comparison]:
                                f"{_get(table, b, system, 'ci95_cost_usd_per_mtoken'):.2g}",
                                f"capital {1 - _get(table, b, system, 'cost_electricity') / _get(table, b, system, 'cost_usd_per_mtoken'):.0%}; "
                                f"HBF lifetime at this write rate {_get(table, b, system, 'hbf_lifetime_years'):.3g} years"))
+    for system in ("cpu-stream", "hybrid"):
+        if system not in set(table.system):
+            continue
+        e = _get(table, b, system, "energy_j_per_token")
+        host = {k: _get(table, b, system, f"energy_{k}") / e for k in ("host_dram", "pcie", "cpu_compute")}
+        ratio = e / _get(table, b, "dash", "energy_j_per_token") if "dash" in set(table.system) else np.nan
+        rows.append(Comparison("issue 25", f"{system}: J per output token at B = {b}", none,
+                               f"{e:.3g} ± {_get(table, b, system, 'ci95_energy_j_per_token'):.2g}",
+                               f"host DRAM {host['host_dram']:.0%}, PCIe {host['pcie']:.0%}, host CPU "
+                               f"{host['cpu_compute']:.0%} of it; {ratio:.3g}x DASH's; "
+                               f"{_get(table, b, system, 'cost_usd_per_mtoken'):.3g} $ per million output tokens"))
     return rows

@@ -14,6 +14,10 @@ requests it served) times an energy per unit:
 * links (UCIe D2D, DASH §IV-A): one hop per HBF byte to or from the GPU, two for a Relay byte;
 * SRAM: the base-die transfer buffers every HBF byte crosses (written once, read once; DASH §IV-B,
   HBFlex's write buffer), and the HBM-side buffer of a Relay byte;
+* the CPU-offloading systems (DASH §VI-C, ``hbfjax.serve.cpu_offload``): host DRAM (the expert
+  weights the CPU computes with or streams), PCIe (streamed weights and the activations to and from
+  the CPU) and the host CPU's FLOPs (its experts' rows), each counted by the engine for the split the
+  system chose; their GPU FLOPs are the model's less the CPU's, their HBM bytes the roofline's;
 * static power × the run's span (0 unless given).
 
 Cost per million output tokens = (capital per second × span + energy × electricity price) / tokens,
@@ -22,9 +26,10 @@ stacks at DASH §VI-G's per-stack ratio r = C_HBF / C_HBM and integration cost �
 again as often as its lifetime (DASH §VI-H from the run's KV write rate and WAF) falls short of the
 amortisation. Every value is a knob with its source; values no source gives are marked "assumed".
 
-The CPU-offloading systems are not priced: the engine counts no DRAM or PCIe bytes for them (their
-expert time is a roofline), so they get a note instead of the keys. Host NumPy, per stream, then a mean
-and a 95 % half-width across streams (``report.measured_mean_ci``).
+The CPU-offloading systems are priced as their GPU and its own HBM stacks (:data:`GPU_HBM_STACKS`); the
+host (CPU, DRAM) is left out of every system's capital alike, as every server has one, and they have
+no HBF (no lifetime). Host NumPy, per stream, then a mean and a 95 % half-width across streams
+(``report.measured_mean_ci``).
 """
 
 from __future__ import annotations
@@ -42,6 +47,11 @@ GPU_TDP_W = {"h100-pcie": 350.0, "h100-sxm": 700.0, "h200": 700.0}
 GPU_TDP_SOURCES = {"h100-pcie": "NVIDIA H100 PCIe datasheet: 350 W max TDP",
                    "h100-sxm": "NVIDIA H100 SXM5 datasheet: 700 W max TDP",
                    "h200": "NVIDIA H200 SXM datasheet: up to 700 W TDP"}
+# HBM stacks of each GPU preset's own memory: the CPU-offloading systems' package (no HBF).
+GPU_HBM_STACKS = {"h100-pcie": 5.0, "h100-sxm": 5.0, "h200": 6.0}
+GPU_HBM_STACKS_SOURCES = {"h100-pcie": "NVIDIA H100 PCIe: 80 GB HBM2e in five active stacks",
+                          "h100-sxm": "NVIDIA H100 SXM5: 80 GB HBM3 in five active stacks",
+                          "h200": "NVIDIA H200: 141 GB HBM3E in six stacks"}
 PAGES_PER_BLOCK = 512  # HBFlex §5.1's geometry (512 pages a block), as the serving block store
 
 
@@ -68,6 +78,9 @@ class EnergyCosts:
     hbf_erase_uj_per_block: float = 165.0
     link_pj_per_bit: float = 0.55
     sram_pj_per_bit: float = 1.6
+    host_dram_pj_per_bit: float = 20.0
+    pcie_pj_per_bit: float = 5.0
+    cpu_pj_per_flop: float = 14.3
     static_w: float = 0.0
 
     SOURCES = {
@@ -82,6 +95,11 @@ class EnergyCosts:
                                   "≈ 165 µJ a block",
         "link_pj_per_bit": "DASH §IV-A: UCIe-A targets 0.5 pJ/bit at 0.5 V and 0.6 pJ/bit at 0.7 V (their mean)",
         "sram_pj_per_bit": "Horowitz, ISSCC 2014: a 64-bit access of a 1 MB SRAM ≈ 100 pJ (≈ 1.6 pJ/bit)",
+        "host_dram_pj_per_bit": "Horowitz, ISSCC 2014: a 64-bit DRAM access 1.3–2.6 nJ (20 pJ/bit, the low end; "
+                                "the CPU systems' host DDR5)",
+        "pcie_pj_per_bit": "assumed (neither paper gives one): a PCIe Gen5 link end to end ≈ 5 pJ/bit",
+        "cpu_pj_per_flop": "Intel ARK: Xeon Platinum 8452Y TDP 300 W over its sustained AMX BF16 rate (memory.cpus: "
+                           "KTransformers' 21 TFLOPS a socket) = 14.3 pJ/FLOP; the TDP includes the uncore",
         "static_w": "assumed 0: static power left out unless given (then × the run's span)",
     }
 
@@ -150,6 +168,9 @@ class Activity:
     gpu_write_bytes: np.ndarray  # KV from the GPU programmed into HBF (one hop)
     hbm_write_bytes: np.ndarray  # KV read out of HBM and programmed into HBF (one hop)
     gc_bytes: np.ndarray  # GC migrations: read and programmed again inside the package
+    host_dram_bytes: np.ndarray  # the CPU systems' expert weights read from host DRAM (0 on an organisation)
+    pcie_bytes: np.ndarray  # the CPU systems' PCIe traffic
+    cpu_flops: np.ndarray  # the CPU systems' FLOPs on the host CPU (not in ``flops``)
     output_tokens: np.ndarray
     requests: np.ndarray
     span_s: np.ndarray  # first arrival to last finish
@@ -180,8 +201,16 @@ def flops(model, prompt_tokens, output_tokens, hit_tokens=0.0) -> np.ndarray:
     return linear * computed + head * o.sum(-1) + att
 
 
+def cpu_package(gpu: str) -> Package:
+    """A CPU-offloading system's package: the GPU's own HBM stacks, no HBF."""
+    if gpu not in GPU_HBM_STACKS:
+        raise ConfigError(f"energy: no HBM stack count on record for GPU {gpu!r} (known: {', '.join(GPU_HBM_STACKS)})")
+    return Package(hbm_stacks=GPU_HBM_STACKS[gpu], hbf_stacks=0.0, page_bytes=4096.0, all_hbf=False)
+
+
 def activity(o, org, model) -> Activity:
-    """A batched run's counts (``o``: ``engine.ServeOutput`` with a leading stream axis, on ``org``)."""
+    """A batched run's counts (``o``: ``engine.ServeOutput`` with a leading stream axis, on ``org``; None
+    for a CPU-offloading system, which writes no KV to flash)."""
     from hbfjax.serve import report
 
     t = {k: np.asarray(v, np.float64) for k, v in o.totals._asdict().items()}
@@ -198,15 +227,16 @@ def activity(o, org, model) -> Activity:
         gc = np.where(np.isfinite(waf), waf - 1.0, 0.0) * host
     else:
         gc = np.zeros_like(host)
-    pkg = package_of(org)
-    from_hbm = (0.0 if pkg.all_hbf else 1.0) * (t["writeback_bytes"] + retained)
+    all_hbf = org is not None and package_of(org).all_hbf
+    from_hbm = (0.0 if all_hbf else 1.0) * (t["writeback_bytes"] + retained)
     finish = np.where(times.valid & np.isfinite(times.finish_s), times.finish_s, -np.inf).max(axis=-1)
     begin = np.where(times.valid, times.arrival_s, np.inf).min(axis=-1)
-    return Activity(flops=flops(model, prompt, out, hits), hbm_read_bytes=t["hbm_read_bytes"],
+    return Activity(flops=flops(model, prompt, out, hits) - t["cpu_flops"], hbm_read_bytes=t["hbm_read_bytes"],
                     direct_bytes=t["expert_direct_bytes"] + t["hbf_read_bytes"], relay_bytes=t["expert_relay_bytes"],
                     gpu_write_bytes=host - from_hbm, hbm_write_bytes=from_hbm, gc_bytes=gc, output_tokens=out.sum(-1),
                     requests=(started & (times.tokens_out > 0)).sum(-1).astype(np.float64),
-                    span_s=np.maximum(finish - begin, 0.0), busy_s=t["busy_us"] * 1e-6)
+                    span_s=np.maximum(finish - begin, 0.0), busy_s=t["busy_us"] * 1e-6,
+                    host_dram_bytes=t["host_dram_bytes"], pcie_bytes=t["pcie_bytes"], cpu_flops=t["cpu_flops"])
 
 
 def energy_j(a: Activity, costs: EnergyCosts, pj_per_flop: float, pkg: Package) -> dict:
@@ -225,6 +255,9 @@ def energy_j(a: Activity, costs: EnergyCosts, pj_per_flop: float, pkg: Package) 
         * costs.link_pj_per_bit * bits,
         "sram": 2.0 * (a.direct_bytes + 2.0 * a.relay_bytes + a.gpu_write_bytes + a.hbm_write_bytes)
         * costs.sram_pj_per_bit * bits,
+        "host_dram": a.host_dram_bytes * costs.host_dram_pj_per_bit * bits,
+        "pcie": a.pcie_bytes * costs.pcie_pj_per_bit * bits,
+        "cpu_compute": a.cpu_flops * costs.cpu_pj_per_flop * 1e-12,
         "static": costs.static_w * a.span_s,
     }
 
@@ -253,12 +286,13 @@ def cost_usd(a: Activity, energy_total_j, life_years, cost: CostModel, pkg: Pack
             "electricity": np.asarray(energy_total_j) / 3.6e6 * cost.usd_per_kwh}
 
 
-def per_stream(o, org, model, room_bytes, costs: EnergyCosts, cost: CostModel, pj_per_flop: float) -> dict:
+def per_stream(o, org, model, room_bytes, costs: EnergyCosts, cost: CostModel, pj_per_flop: float,
+               gpu: str = "h100-pcie") -> dict:
     """Host ``{key: float64[S]}``: energy per output token and request, power, cost per million output
     tokens, lifetime, and each breakdown per output token (``energy_<where>_j_per_token``,
-    ``cost_<where>_usd_per_mtoken``)."""
+    ``cost_<where>_usd_per_mtoken``); ``org`` None: a CPU-offloading system on ``gpu``."""
     a = activity(o, org, model)
-    pkg = package_of(org)
+    pkg = cpu_package(gpu) if org is None else package_of(org)
     parts = energy_j(a, costs, pj_per_flop, pkg)
     total = sum(parts.values())
     life = lifetime_years(a, room_bytes, cost)
@@ -303,14 +337,13 @@ def room_bytes_of(o, model) -> np.ndarray:
     return np.where(room >= 0, room * model.kv_bytes_per_token, np.nan)
 
 
-def report(o, org, model, costs: EnergyCosts, cost: CostModel, pj_per_flop: float) -> dict:
-    """One system's energy and cost keys (means and ``ci95_`` half-widths); only a note where the system
-    has no organisation (the CPU systems: module docstring)."""
+def report(o, org, model, costs: EnergyCosts, cost: CostModel, pj_per_flop: float, gpu: str = "h100-pcie") -> dict:
+    """One system's energy and cost keys (means and ``ci95_`` half-widths); ``org`` None: a CPU-offloading
+    system on ``gpu`` (module docstring)."""
     from hbfjax.serve.report import measured_mean_ci
 
-    if org is None:
-        return {"energy_note": "not modelled: the engine counts no DRAM or PCIe bytes for the CPU-offloading systems"}
-    measured = measured_mean_ci(per_stream(o, org, model, room_bytes_of(o, model), costs, cost, pj_per_flop))
+    room = np.full(np.shape(o.room_tokens), np.nan) if org is None else room_bytes_of(o, model)
+    measured = measured_mean_ci(per_stream(o, org, model, room, costs, cost, pj_per_flop, gpu))
     unmeasured = sorted(k for k, v in measured.items() if v is None and not k.startswith("ci95_"))
     out = _nest({k: v for k, v in measured.items() if v is not None})
     if unmeasured:  # e.g. no KV programmed into HBF (no wear: no lifetime), or no output token (nothing per token)

@@ -203,9 +203,12 @@ def test_serve_runs_the_cpu_offloading_baselines_beside_dash(capsys):
     assert "utilisation" in out["dash"] and "utilisation" not in out["hybrid"]
     # the oracle is never slower than streaming, and both are far slower than DASH (DASH §VI-C)
     assert out["dash"]["tpot_ms"] < out["hybrid"]["tpot_ms"] <= out["cpu-stream"]["tpot_ms"]
-    # their DRAM and PCIe bytes are not counted: no energy rather than a partial one (issue 25)
-    assert "energy_j_per_token" not in out["hybrid"] and "not modelled" in out["hybrid"]["energy_note"]
-    assert out["dash"]["energy_j_per_token"] > 0 and "energy_note" not in out["dash"]
+    # their host DRAM, PCIe and CPU energy is counted (issue 25); DASH spends none there, they no HBF
+    hybrid, stream, dash = (out[s]["energy_breakdown_j_per_token"] for s in ("hybrid", "cpu-stream", "dash"))
+    assert hybrid["host_dram"] > 0 and hybrid["pcie"] > 0 and hybrid["hbf_read"] == 0.0
+    assert stream["cpu_compute"] == 0.0 and stream["pcie"] > hybrid["pcie"]
+    assert dash["host_dram"] == dash["pcie"] == dash["cpu_compute"] == 0.0 and dash["hbf_read"] > 0
+    assert "hbf_lifetime_years" in out["hybrid"]["energy_note"] and "energy_note" not in out["dash"]
 
 
 def test_serve_offers_a_load_relative_to_the_reference_backlogged_throughput(capsys):

@@ -17,7 +17,8 @@ def _activity(**changes) -> energy.Activity:
     one = np.array([1e9])
     base = dict(flops=np.array([1e15]), hbm_read_bytes=one, direct_bytes=one, relay_bytes=one, gpu_write_bytes=one,
                 hbm_write_bytes=one, gc_bytes=one, output_tokens=np.array([1000.0]), requests=np.array([10.0]),
-                span_s=np.array([10.0]), busy_s=np.array([8.0]))
+                span_s=np.array([10.0]), busy_s=np.array([8.0]), host_dram_bytes=one, pcie_bytes=one,
+                cpu_flops=np.array([1e14]))
     return energy.Activity(**{**base, **{k: np.array([v], np.float64) for k, v in changes.items()}})
 
 
@@ -26,7 +27,8 @@ PKG = energy.Package(hbm_stacks=2.0, hbf_stacks=2.0, page_bytes=4096.0, all_hbf=
 
 def test_energy_of_round_activity_by_hand():
     costs = energy.EnergyCosts(hbm_pj_per_bit=4.0, hbf_read_pj_per_bit=10.0, hbf_program_pj_per_bit=200.0,
-                               hbf_erase_uj_per_block=100.0, link_pj_per_bit=0.5, sram_pj_per_bit=2.0, static_w=3.0)
+                               hbf_erase_uj_per_block=100.0, link_pj_per_bit=0.5, sram_pj_per_bit=2.0, static_w=3.0,
+                               host_dram_pj_per_bit=20.0, pcie_pj_per_bit=6.0, cpu_pj_per_flop=10.0)
     e = {k: float(v[0]) for k, v in energy.energy_j(_activity(), costs, 0.5, PKG).items()}
     gbit = 8e9 * 1e-12  # 1 GB at 1 pJ/bit, in J
     assert e["gpu_compute"] == pytest.approx(1e15 * 0.5e-12)  # 500 J
@@ -37,6 +39,8 @@ def test_energy_of_round_activity_by_hand():
     assert e["links"] == pytest.approx((1 + 2 + 1 + 1) * 0.5 * gbit)  # Relay crosses two links
     assert e["sram"] == pytest.approx(2 * (1 + 2 + 1 + 1) * 2.0 * gbit)  # each crossing written and read once
     assert e["static"] == pytest.approx(30.0)
+    assert e["host_dram"] == pytest.approx(20.0 * gbit) and e["pcie"] == pytest.approx(6.0 * gbit)
+    assert e["cpu_compute"] == pytest.approx(1e14 * 10e-12)  # 1,000 J
 
 
 def test_energy_is_linear_in_each_cost():

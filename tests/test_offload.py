@@ -232,3 +232,37 @@ def test_a_sweep_over_cores_and_splits_compiles_once():
         for c, k in ((1, 0), (7, 3), (36, 12)):
             jax.block_until_ready(times(lay, off.OffloadKnobs.make(cores=c, cpu_experts=k)))
     assert len(compiled) == 1
+
+
+def test_split_traffic_of_a_hand_traced_layer():
+    """Experts 0-3 with 3, 0, 5, 2 rows, expert 2 resident, expert 0 on the CPU: expert 3 is streamed
+    (DRAM → PCIe → HBM, then read), expert 2 read from HBM, expert 0 read from DRAM by the CPU; the batch's
+    7 tokens cross to the CPU and its 3 rows come back."""
+    resident = np.zeros(E, bool)
+    resident[2] = True
+    l = layer(rows(3, 0, 5, 2), batch_tokens=7, gpu_resident=resident)
+    on_cpu = np.zeros(E, bool)
+    on_cpu[0] = True
+    t = off.split_traffic(l, jnp.asarray(on_cpu))
+    assert float(t.pcie_bytes) == pytest.approx(EXPERT_BYTES + (7 + 3) * ACT_BYTES, rel=1e-6)
+    assert float(t.host_dram_bytes) == pytest.approx(2 * EXPERT_BYTES, rel=1e-6)
+    assert float(t.gpu_hbm_bytes) == pytest.approx(3 * EXPERT_BYTES, rel=1e-6)  # read 2 and 3, write 3
+    assert float(t.cpu_flops) == pytest.approx(3 * FLOPS_PER_ROW, rel=1e-6)
+    none = off.split_traffic(l, jnp.zeros(E, bool))  # weight streaming: no activation crosses
+    assert float(none.pcie_bytes) == pytest.approx(2 * EXPERT_BYTES, rel=1e-6) and float(none.cpu_flops) == 0.0
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_split_traffic_times_the_pcie_rate_is_the_streaming_time_and_dram_is_split_invariant(seed):
+    """Weight streaming's time minus its GPU compute is its PCIe bytes over the link; every split reads each
+    needed non-resident expert from DRAM exactly once (streamed or computed)."""
+    tokens, resident, gpu = _random_layer(seed)
+    l = layer(tokens, batch_tokens=int(tokens.sum()) // 4, gpu_resident=resident, gpu_us=gpu)
+    knobs = off.OffloadKnobs.make(cores=4)
+    gpu_us = float(jnp.sum(jnp.where(l.tokens > 0, l.gpu_us, 0.0)))
+    stream = off.split_traffic(l, jnp.zeros_like(l.gpu_resident))
+    assert float(off.weight_stream_us(l, knobs)) - gpu_us == pytest.approx(_pcie(float(stream.pcie_bytes)), rel=1e-5)
+    candidates = int(jnp.sum((l.tokens > 0) & ~l.gpu_resident))
+    for k in range(candidates + 1):
+        t = off.split_traffic(l, off.split_on_cpu(l, k))
+        assert float(t.host_dram_bytes) == pytest.approx(candidates * EXPERT_BYTES, rel=1e-6)

@@ -159,6 +159,13 @@ def test_a_fixed_batch_is_its_passes_and_every_knob_value_shares_one_compilation
     assert np.all(np.asarray(a.iterations) == 4) and not np.any(a.overflow)
     assert np.all(finish(a)[2] <= np.minimum(finish(a)[0], finish(a)[1]) * (1 + 1e-6))  # oracle ≤ both
     assert not np.array_equal(finish(a), finish(b))
+    # host traffic (energy): every system reads each needed non-resident expert from DRAM once per pass
+    dram, cpu_flops = np.asarray(a.totals.host_dram_bytes)[0], np.asarray(a.totals.cpu_flops)[0]
+    np.testing.assert_allclose(dram, dram[0], rtol=1e-6)
+    assert dram[0] > 0 and cpu_flops[osys.SYSTEMS.index("cpu-stream")] == 0.0
+    assert cpu_flops[osys.SYSTEMS.index("cpu-compute")] > 0
+    pcie = np.asarray(a.totals.pcie_bytes)[0]
+    assert pcie[osys.SYSTEMS.index("cpu-compute")] < pcie[osys.SYSTEMS.index("cpu-stream")]
 
 
 @pytest.mark.parametrize("draw_kind", ["counts", "tokens"])

@@ -575,7 +575,8 @@ def plan(args, timeline_ok: bool = False) -> tuple[dict, list]:
         from hbfjax import read_reclaim
 
         header["reclaim_model"] = read_reclaim.describe(reclaim)
-    return header, [_with_energy(f, costs, cost, pj_per_flop, reclaim) for f in systems.families(args.system, sc)]
+    return header, [_with_energy(f, costs, cost, pj_per_flop, reclaim, header["gpu"])
+                    for f in systems.families(args.system, sc)]
 
 
 def reclaim_model(args, cost):
@@ -592,7 +593,7 @@ def reclaim_model(args, cost):
                                      pe_cycles=cost.pe_cycles)
 
 
-def _with_energy(family, costs, cost, pj_per_flop, reclaim=None):
+def _with_energy(family, costs, cost, pj_per_flop, reclaim=None, gpu: str = "h100-pcie"):
     """``family`` whose report adds each point's energy and cost keys (``hbfjax.energy.report``) and, with a
     reclaim model, its read-reclaim keys (``hbfjax.read_reclaim.report``), also on the points ``with_points``
     gives it."""
@@ -600,7 +601,7 @@ def _with_energy(family, costs, cost, pj_per_flop, reclaim=None):
 
     def report(o, k):
         org, model = family.points[k].org, family.config.model
-        out = {**family.report(o, k), **energy.report(o, org, model, costs, cost, pj_per_flop)}
+        out = {**family.report(o, k), **energy.report(o, org, model, costs, cost, pj_per_flop, gpu)}
         if reclaim is not None and org is not None:
             from hbfjax import read_reclaim
 
@@ -610,7 +611,8 @@ def _with_energy(family, costs, cost, pj_per_flop, reclaim=None):
                                            reclaim))
         return out
     return family._replace(report=report, with_points=lambda *a, **kw: _with_energy(family.with_points(*a, **kw),
-                                                                                     costs, cost, pj_per_flop, reclaim))
+                                                                                     costs, cost, pj_per_flop, reclaim,
+                                                                                     gpu))
 
 
 def family_key(family) -> tuple:

@@ -235,6 +235,32 @@ def hybrid_us(layer: ExpertLayer, knobs: OffloadKnobs, k=None) -> jax.Array:
     return assignment_us(layer, split_on_cpu(layer, knobs.cpu_experts if k is None else k), knobs)
 
 
+class SplitTraffic(NamedTuple):
+    """What one expert layer moves and computes off the GPU under one CPU/GPU split (energy, issue 25)."""
+
+    pcie_bytes: jax.Array  # float32[] streamed experts' weights, and the activations to and from the CPU
+    host_dram_bytes: jax.Array  # float32[] the CPU's experts' weights read from host DRAM (streamed ones too)
+    cpu_flops: jax.Array  # float32[] FLOPs of the rows the CPU computes
+    gpu_hbm_bytes: jax.Array  # float32[] the GPU's experts' weights read from HBM, and the streamed ones written there
+
+
+def split_traffic(layer: ExpertLayer, on_cpu) -> SplitTraffic:
+    """The bytes and CPU FLOPs of the assignment ``on_cpu: bool[E]`` (as :func:`assignment_us` times it):
+    every streamed expert's weights are read from host DRAM and cross PCIe once; each CPU expert's
+    weights are read from DRAM once; with any CPU expert the batch's activations cross to the CPU and
+    the CPU's rows come back; the GPU reads each of its experts' weights from HBM once, the streamed
+    ones after PCIe has written them into HBM's staging buffer."""
+    needed = layer.tokens > 0
+    streamed = _f32(jnp.sum(needed & ~on_cpu & ~layer.gpu_resident, dtype=jnp.int32))
+    jobs = _f32(jnp.sum(on_cpu, dtype=jnp.int32))
+    rows = _f32(jnp.sum(jnp.where(on_cpu, layer.tokens, 0)))
+    crossing = jnp.where(jnp.any(on_cpu), _f32(layer.batch_tokens) + rows, 0.0) * layer.activation_bytes
+    on_gpu = _f32(jnp.sum(needed & ~on_cpu, dtype=jnp.int32))
+    return SplitTraffic(pcie_bytes=streamed * layer.expert_bytes + crossing,
+                        host_dram_bytes=(streamed + jobs) * layer.expert_bytes, cpu_flops=rows * layer.flops_per_row,
+                        gpu_hbm_bytes=(on_gpu + streamed) * layer.expert_bytes)
+
+
 # --- every split at once -----------------------------------------------------------------------------
 def _strided_prefix_sum(t: jax.Array, stride) -> jax.Array:
     """float32[E + 1]: S[k] = Σ t[p] over p = k − 1, k − 1 − stride, … ≥ 0 (S[0] = 0) for a traced

@@ -148,7 +148,8 @@ class CpuKnobs:
 
 class PassTimes(NamedTuple):
     """One pass on the CPU-offloading systems, with the fields the engine books of any pass's timing
-    (the path bytes and the table flag: zeros here, nothing is read from HBF)."""
+    (the path bytes and the table flag: zeros here, nothing is read from HBF), and the host traffic of
+    the selected split (energy: ``hbfjax.energy``)."""
 
     non_expert_us: jax.Array  # float32[] every non-expert operator and the LM head
     expert_launch_us: jax.Array  # float32[] the grouped expert kernels' launches, per MoE layer
@@ -157,9 +158,12 @@ class PassTimes(NamedTuple):
     iteration_us: jax.Array  # float32[] the pass
     expert_direct_bytes: jax.Array  # float32[1] 0
     expert_relay_bytes: jax.Array  # float32[1] 0
-    hbm_read_bytes: jax.Array  # float32[] 0 (the GPU's own HBM traffic is in the roofline)
+    hbm_read_bytes: jax.Array  # float32[] the roofline's HBM bytes: weights and KV read, streamed experts written
     hbf_read_bytes: jax.Array  # float32[] 0
     table_miss: jax.Array  # bool[] False (the roofline only)
+    pcie_bytes: jax.Array  # float32[] over PCIe: streamed experts' weights and activations (offload.split_traffic)
+    host_dram_bytes: jax.Array  # float32[] expert weights read from host DRAM (streamed or computed on the CPU)
+    cpu_flops: jax.Array  # float32[] FLOPs of the rows the host CPU computes
 
 
 class ResidentLaws(NamedTuple):
@@ -234,6 +238,22 @@ def select(experts: offload.LayerTimes, kind) -> jax.Array:
     return jnp.stack([experts.stream_us, experts.cpu_compute_us, experts.oracle_us, experts.hybrid_us])[kind]
 
 
+def selected_split(times: offload.LayerTimes, cpu: CpuKnobs, experts: int) -> jax.Array:
+    """int32[]: the CPU experts of one layer's split under ``cpu.system`` (``offload.split_on_cpu``'s k):
+    0 for weight streaming, every candidate for CPU compute, the oracle's k, or the fixed split."""
+    ks = jnp.stack([jnp.int32(0), jnp.int32(experts), times.oracle_cpu_experts,
+                    jnp.asarray(cpu.offload.cpu_experts, jnp.int32)])
+    return ks[cpu.system]
+
+
+def non_expert_hbm_bytes(base: timing.StepCosts, model: ModelSpec) -> jax.Array:
+    """float32[]: the weights and KV the roofline reads from HBM for every operator but the routed
+    experts (``base``: ``timing.step_costs`` with no expert rows)."""
+    per = lambda c: jnp.sum(c.weight_bytes + c.kv_bytes)  # noqa: E731
+    return model.moe_layers * per(base.moe) + model.dense_layers * per(base.dense) + \
+        base.lm_head.weight_bytes + base.lm_head.kv_bytes
+
+
 def pass_times(words: tuple, batch: timing.Batch, draw, knobs, cdf, config) -> PassTimes:
     """One pass's time on the selected system (module docstring); ``words`` = (seed, stream), ``knobs``
     a ``ServeKnobs`` with ``cpu`` set, ``cdf`` its resident law (:func:`lookup`), ``config`` a
@@ -244,20 +264,27 @@ def pass_times(words: tuple, batch: timing.Batch, draw, knobs, cdf, config) -> P
     non_expert = model.moe_layers * base.moe_layer_us + model.dense_layers * base.dense_layer_us + \
         base.lm_head.time_us
     tokens = pass_tokens(batch)
-    per_layer = lambda rows, resident, gpu_us: offload.layer_times(  # noqa: E731
-        offload.ExpertLayer(tokens=rows, gpu_resident=resident, gpu_us=gpu_us,
-                            expert_bytes=jnp.float32(layer_time.expert_bytes(model)),
-                            flops_per_row=jnp.float32(expert_flops_per_row(model)),
-                            activation_bytes=jnp.float32(model.hidden * tc.activation_bytes), batch_tokens=tokens),
-        cpu.offload)
-    experts = jax.vmap(per_layer)(r.rows, gpu_resident(words, draw, r, cpu, cdf, config),
-                                  expert_gpu_us(r.rows, knobs.gpu, tc))
+
+    def per_layer(rows, resident, gpu_us):
+        layer = offload.ExpertLayer(tokens=rows, gpu_resident=resident, gpu_us=gpu_us,
+                                    expert_bytes=jnp.float32(layer_time.expert_bytes(model)),
+                                    flops_per_row=jnp.float32(expert_flops_per_row(model)),
+                                    activation_bytes=jnp.float32(model.hidden * tc.activation_bytes),
+                                    batch_tokens=tokens)
+        times = offload.layer_times(layer, cpu.offload)
+        on_cpu = offload.split_on_cpu(layer, selected_split(times, cpu, rows.shape[0]))
+        return times, offload.split_traffic(layer, on_cpu)
+
+    experts, traffic = jax.vmap(per_layer)(r.rows, gpu_resident(words, draw, r, cpu, cdf, config),
+                                           expert_gpu_us(r.rows, knobs.gpu, tc))
     expert_us = select(experts, cpu.system)
     active = r.rows.sum(axis=-1) > 0
     launch = jnp.float32(_expert_matrices(model)) * knobs.gpu.launch_us
     total = non_expert + jnp.sum(jnp.where(active, launch + expert_us, 0.0))
     zero = jnp.float32(0.0)
+    hbm = non_expert_hbm_bytes(base, model) + traffic.gpu_hbm_bytes.sum()
     return PassTimes(non_expert_us=non_expert, expert_launch_us=launch, experts=experts, expert_us=expert_us,
                      iteration_us=total, expert_direct_bytes=jnp.zeros(1, jnp.float32),
-                     expert_relay_bytes=jnp.zeros(1, jnp.float32), hbm_read_bytes=zero, hbf_read_bytes=zero,
-                     table_miss=jnp.bool_(False))
+                     expert_relay_bytes=jnp.zeros(1, jnp.float32), hbm_read_bytes=hbm, hbf_read_bytes=zero,
+                     table_miss=jnp.bool_(False), pcie_bytes=traffic.pcie_bytes.sum(),
+                     host_dram_bytes=traffic.host_dram_bytes.sum(), cpu_flops=traffic.cpu_flops.sum())

@@ -201,6 +201,9 @@ class Totals(NamedTuple):
     table_miss_passes: jax.Array  # passes with an operator outside the measured table (its time NaN)
     passes: jax.Array  # passes with work
     chunk_stall_us: jax.Array  # every-chunk work (GC migrations) exposed in the next iteration, not in busy_us
+    pcie_bytes: jax.Array  # the CPU systems' PCIe traffic (streamed experts, activations); 0 on an organisation
+    host_dram_bytes: jax.Array  # the CPU systems' expert weights read from host DRAM; 0 on an organisation
+    cpu_flops: jax.Array  # FLOPs the host CPU computed (the CPU systems' experts); 0 on an organisation
 
     PEAKS = ("max_kv_hbm_bytes", "max_kv_hbf_bytes")
 
@@ -340,7 +343,8 @@ def mechanism(words: tuple, knobs: ServeKnobs, config: ServeConfig, parts: tuple
             expert_relay_bytes=times.expert_relay_bytes.sum(), hbm_read_bytes=times.hbm_read_bytes,
             hbf_read_bytes=times.hbf_read_bytes, kv_hbm_byte_us=hbm_kv * us, kv_hbf_byte_us=hbf_kv * us,
             max_kv_hbm_bytes=hbm_kv, max_kv_hbf_bytes=hbf_kv, table_miss_passes=times.table_miss, passes=work,
-            chunk_stall_us=0.0), work)
+            chunk_stall_us=0.0, pcie_bytes=times.pcie_bytes, host_dram_bytes=times.host_dram_bytes,
+            cpu_flops=times.cpu_flops), work)
         if first:  # the pending chunk work is booked once per iteration, with or without work
             core = core._replace(chunk_stall_us=carry.pending_us)
         for k, t in enumerate(adds):

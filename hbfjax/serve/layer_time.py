@@ -68,6 +68,9 @@ class LayerTimes(NamedTuple):
     table_miss: jax.Array  # bool[] with a measured table: an active operator fell outside it (NaN time)
     hbm_read_bytes: jax.Array  # float32[] non-routed-expert bytes read from HBM (weights and KV), every layer
     hbf_read_bytes: jax.Array  # float32[] non-routed-expert bytes read from HBF, every layer and the LM head
+    pcie_bytes: jax.Array  # float32[] 0: an organisation has no host path (the CPU systems' field)
+    host_dram_bytes: jax.Array  # float32[] 0
+    cpu_flops: jax.Array  # float32[] 0
 
 
 def expert_bytes(model: ModelSpec) -> float:
@@ -176,7 +179,8 @@ def layer_times(batch: timing.Batch, needed: jax.Array, rows: jax.Array, kv_hbm_
     return LayerTimes(op_us=op_us, delivery_us=delivery_us, compute_us=compute_us, layer_us=layer_us,
                       lm_head_us=head, iteration_us=layer_us.sum() + head, expert_direct_bytes=direct,
                       expert_relay_bytes=relay, expert_startup_us=startup, table_miss=miss, hbm_read_bytes=hbm_read,
-                      hbf_read_bytes=hbf_read)
+                      hbf_read_bytes=hbf_read, pcie_bytes=jnp.float32(0.0), host_dram_bytes=jnp.float32(0.0),
+                      cpu_flops=jnp.float32(0.0))
 
 
 
