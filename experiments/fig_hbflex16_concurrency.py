@@ -38,18 +38,26 @@ def _size(ctx: Context):
     return ctx.streams, TURNS, WARMUP_TURNS, MODELS, TASKS
 
 
-def _compute(ctx: Context) -> pd.DataFrame:
-    streams, turns, warmup_turns, model_names, levels = _size(ctx)
-    inputs = hs.trace_inputs(TRACE, None)
+def closed_loop_rows(trace: str, model_names, levels, streams: int, turns: int, warmup_turns: int,
+                     seed: int, warmup_fraction: float | None = None) -> pd.DataFrame:
+    """The four organisations serving ``trace``'s sessions in a closed loop of each task count in ``levels``
+    (``warmup_fraction``: a warm-up in time, ``warmup_turns`` 0: ``metrics.ClosedLoop``)."""
+    inputs = hs.trace_inputs(trace, None)
     rows = []
     for model in model_names:
         for tasks in levels:  # one compilation per (model, tasks): the slot table's size is a shape
-            sc = hs.closed_scenario(model, inputs, tasks=tasks, turns=turns, warmup_turns=warmup_turns)
+            sc = hs.closed_scenario(model, inputs, tasks=tasks, turns=turns, warmup_turns=warmup_turns,
+                                    warmup_fraction=warmup_fraction)
             fam = hs.family(POINTS, sc)
-            for name, s in zip(POINTS, hs.summaries(fam, hs.run(fam, streams, ctx.seed))):
+            for name, s in zip(POINTS, hs.summaries(fam, hs.run(fam, streams, seed))):
                 rows.append({"model": model, "tasks": tasks, "slots": sc.slots, "point": name, "streams": streams,
                              **hs.row(s, KEYS), "overflow": s["overflow"], "saturated": s["saturated"]})
     return pd.DataFrame(rows)
+
+
+def _compute(ctx: Context) -> pd.DataFrame:
+    streams, turns, warmup_turns, model_names, levels = _size(ctx)
+    return closed_loop_rows(TRACE, model_names, levels, streams, turns, warmup_turns, ctx.seed)
 
 
 def ratio(table, baseline: str, level: int, metric: str, invert: bool = False) -> float:

@@ -189,8 +189,33 @@ def test_the_closed_window_is_every_task_past_its_warm_up_and_none_finished():
                               closed=(2, 2))
 
 
+def test_a_warm_up_in_time_opens_the_window_a_fraction_of_the_way_through_the_full_loop():
+    """Task 0 runs turns at 0, 1, 2, 3 and task 1, far behind, at 0.5, 4, 6, 9 (request i = turn · 2 + task):
+    in turns, the last task's turn 2 (6) comes after the first task's last turn (3): no window. In time, the
+    last task starts at 0.5 and the first ends at 3: f = 0.2 opens the window at 0.5 + 0.2 · 2.5 = 1.0, so
+    it holds the requests arriving in [1, 3): task 0's turns 1 and 2 (requests 2 and 4)."""
+    arrival = np.array([[0.0, 0.5, 1.0, 4.0, 2.0, 6.0, 3.0, 9.0]])
+    finish = arrival + 0.25
+    t = metrics.RequestTimes(arrival, arrival + 0.1, finish, np.full((1, 8), 10), np.ones((1, 8), bool))
+    with pytest.raises(ConfigError, match="warm-up in time"):
+        metrics.stream_window(t, closed=(2, 2))
+    inside, t0, t1 = metrics.closed_window(t, 2, 0, 0.2)
+    assert (t0[0], t1[0]) == pytest.approx((1.0, 3.0)) and np.flatnonzero(inside[0]).tolist() == [2, 4]
+    assert metrics.stream_window(t, closed=metrics.ClosedLoop(2, 0, 0.2))[1][0][0] == pytest.approx(1.0)
+    assert metrics.closed_window(t, 2, 0, 0.0)[1][0] == 0.5  # f = 0: from the last task's start
+    with pytest.raises(ConfigError, match="warmup_turns"):
+        metrics.closed_window(t, 2, 1, 0.2)  # one warm-up rule
+    with pytest.raises(ConfigError, match="warmup_fraction"):
+        metrics.closed_window(t, 2, 0, 1.0)
+    late = metrics.RequestTimes(arrival + np.array([0, 5.0] * 4), arrival, finish, t.tokens_out, t.valid)
+    with pytest.raises(ConfigError, match="the last task starts after the first one ends"):
+        metrics.stream_window(late, closed=(2, 0, 0.2))  # task 1 starts at 5.5, task 0 ends at 3
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--tasks", "4", "--rate", "2"], "give one"),
+    (["--tasks", "4", "--warmup-fraction", "0.1", "--warmup-turns", "1"], "give one"),
+    (["--rate", "2", "--warmup-fraction", "0.1"], "closed loop"),
     (["--turns-per-task", "4"], "closed loop"),
     (["--tasks", "4", "--warmup", "3"], "--warmup-turns"),
     (["--tasks", "4", "--requests", "30"], "--turns-per-task"),

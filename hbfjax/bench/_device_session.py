@@ -13,6 +13,9 @@ Steps (``--steps``, in this order; a device command may run at most 600 s, so ru
 * ``profile``: the H200 operator table of Qwen3-235B (``hbfjax profile``);
 * ``fig16``: HBFlex's Fig. 16 in its closed loop (16 … 1,024 tasks per GPU, two models, four
   organisations) at 64 streams a point (the CPU default runs 4);
+* ``fig15c``: Fig. 15 at the operating point (``hbflex15_closed``: SWE-bench from Fig. 16's table, which it
+  computes too unless ``fig16`` ran into the same ``--out``; Mooncake conversations at 16, 64 and 256 tasks)
+  at 64 streams a point;
 * ``table2``: HBFlex's Table 2 and Fig. 19 in serving at the paper's operating point (1,024 SWE-bench
   tasks per GPU in a closed loop, the real KV room, six stages incl. naive-block, three models) at 64
   streams a point (the CPU default runs the same size at 4 streams);
@@ -23,6 +26,7 @@ Steps (``--steps``, in this order; a device command may run at most 600 s, so ru
     PYTHONPATH=. python3 -m hbfjax.bench._device_session --out $OUT --steps table3,sweep,fig15,profile
     PYTHONPATH=. python3 -m hbfjax.bench._device_session --out $OUT --steps fig16
     PYTHONPATH=. python3 -m hbfjax.bench._device_session --out $OUT --steps table2
+    PYTHONPATH=. python3 -m hbfjax.bench._device_session --out $OUT --steps fig15c
 """
 
 from __future__ import annotations
@@ -54,6 +58,8 @@ def steps(out: Path) -> dict[str, tuple[list[str], int]]:
         "profile": (py + ["hbfjax", "profile", "--model", "qwen3-235b-a22b", "--out", str(out / "h200_qwen3.csv")], 120),
         "fig16": (py + ["experiments", "--only", "hbflex16_concurrency", "--streams", "64", "--force", "--out",
                         str(out / "figs")], 540),
+        "fig15c": (py + ["experiments", "--only", "hbflex15_closed", "--streams", "64", "--out", str(out / "figs")],
+                   540),
         "table2": (py + ["experiments", "--only", "hbflex_table2_ablation", "--streams", "64", "--force", "--out",
                          str(out / "figs")], 540),
         "closed": (py + ["hbfjax.bench", "--only", "serve_closed", "--scale", "1.0", "--out",

@@ -59,7 +59,10 @@ recorded gap before it, which also holds the recorded run's own service; a sessi
 exponential --think-s), without one independent --prompt/--output requests with exponential --think-s
 thinks. Each task serves --turns-per-task requests; the window is per stream, from the moment the last task
 issues its turn --warmup-turns to the moment the first task issues its last turn, and the JSON states it
-(window_start_s, window_end_s, window_requests); tokens/s counts the requests finishing in it. The window
+(window_start_s, window_end_s, window_requests); tokens/s counts the requests finishing in it. Where the
+recorded gaps are long and uneven (Mooncake's run to minutes) the tasks drift apart by more turns than they
+have: --warmup-fraction F then warms up in time instead, the window opening the fraction F of the way from
+the last task's first request to the first task's last one. The window
 does not wait for the KV room to turn over: kv_room_turnover_s says when the finished requests' KV first
 filled it (null unless every stream got there), window_after_turnover_streams how many windows opened
 after it. --data-parallel D spreads --tasks over D GPUs, session-affine (each GPU serves tasks / D; the
@@ -124,6 +127,9 @@ def register(subparsers) -> None:
                         "without --trace, between its requests (a trace keeps its recorded gaps; default 1)")
     w.add_argument("--warmup-turns", type=number(int, 0, names.MAX_REQUESTS), default=None,
                    help="with --tasks: turns every task serves before the measured window opens (default 2)")
+    w.add_argument("--warmup-fraction", type=number(float, 0.0, 1.0, hi_open=True), default=None, metavar="F",
+                   help="with --tasks, instead of --warmup-turns: warm up in time, for the first F of the span from "
+                        "the last task's first request to the first task's last (traces with long, uneven gaps)")
     w.add_argument("--requests", type=number(int, 1, names.MAX_REQUESTS), default=None,
                    help="requests per stream with --rate, --load or --trace (default 1,152 = DASH §VI-E's 128 + 1,024)")
     w.add_argument("--warmup", type=number(int, 0, names.MAX_REQUESTS), default=None,
@@ -276,6 +282,7 @@ def _refuse_unused(args, kinds: set, workload: str) -> None:
                                                 "tasks to route"),
         ("think_s", workload == "closed", "applies to a closed loop (--tasks)"),
         ("warmup_turns", workload == "closed", "applies to a closed loop (--tasks)"),
+        ("warmup_fraction", workload == "closed", "applies to a closed loop (--tasks)"),
         ("batch", workload == "batch", "applies to a fixed batch, not with --rate, --load or --trace"),
         ("allow_roofline", args.profile_table is not None, "applies only with --profile-table"),
         ("array_rate", "dash" in kinds, "applies to DASH's organisations (" + ", ".join(names.DASH_SYSTEMS) + ")"),
@@ -497,7 +504,9 @@ def _closed_loop(args, model, common: dict):
                           "router gives each GPU the same number of tasks)")
     tasks = args.tasks // gpus
     turns = args.turns_per_task or 16
-    warmup_turns = 2 if args.warmup_turns is None else args.warmup_turns
+    if args.warmup_fraction is not None and args.warmup_turns is not None:
+        raise ConfigError("--warmup-fraction and --warmup-turns: give one (a warm-up in time or in turns)")
+    warmup_turns = 0 if args.warmup_fraction is not None else 2 if args.warmup_turns is None else args.warmup_turns
     if warmup_turns > turns - 2:
         raise ConfigError(f"--warmup-turns = {warmup_turns}: must be <= --turns-per-task − 2 = {turns - 2} (the window "
                           "runs from the last task's turn --warmup-turns to the first task's last turn)")
@@ -514,6 +523,7 @@ def _closed_loop(args, model, common: dict):
     return systems.Scenario.closed_loop(model, tasks, turns, trace=trace,
                                         think_s=1.0 if args.think_s is None else args.think_s, prompt=args.prompt,
                                         output=args.output, slots=slots, warmup_turns=warmup_turns,
+                                        warmup_fraction=args.warmup_fraction,
                                         rate_factor=args.rate_factor or 1.0, **common)
 
 
@@ -562,6 +572,8 @@ def plan(args, timeline_ok: bool = False) -> tuple[dict, list]:
                       think_times="the trace's recorded inter-request gaps (÷ rate factor); exponential think_s "
                                   "before a session's first turn" if sc.trace is not None else
                                   "exponential, mean think_s")
+        if sc.warmup_fraction is not None:
+            header["warmup_fraction"] = sc.warmup_fraction
     if args.load is not None:
         sc, extra = _offered_load(args, sc)
         header.update(extra)

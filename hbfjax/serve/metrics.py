@@ -55,7 +55,12 @@ warm-up is masked, not a second rollout. Per stream:
   (every task has started and served its warm-up) to the moment the first task issues its last turn
   (before it finishes, all T tasks are in the loop); the measured requests are those arriving in it,
   its token rates count the requests finishing in it (``window_start_s``, ``window_end_s`` and
-  ``window_requests`` say which), and the rates and Little's law above are taken over it.
+  ``window_requests`` say which), and the rates and Little's law above are taken over it. Where think
+  times are long and uneven (a trace's recorded gaps: Mooncake's run to minutes) the tasks drift apart
+  by more turns than they have, and that window is empty; the warm-up is then given in time instead
+  (``closed=(tasks, 0, warm-up fraction)``): the window starts the fraction f of the way from the moment
+  the last task issues its first request (every task has started) to the moment the first task issues
+  its last, and ends there.
 
   A fixed batch (every request at t = 0) has T = 0: no rate, no Little's law; these keys are NaN,
   ``saturated`` is False (unflagged), and callers drop all of them, :data:`ONLINE_KEYS` with their
@@ -79,7 +84,7 @@ import numpy as np
 from hbfjax import clock
 from hbfjax.reports import mean_ci_fields
 from hbfjax.stats import mean_ci95, t975
-from hbfjax.validate import ConfigError, require, require_int
+from hbfjax.validate import ConfigError, require, require_int, require_real
 
 QUANTILES = (50, 90, 99)
 SATURATION_SHORTFALL = 0.05  # saturated: completions short of arrivals by more than this share ...
@@ -145,16 +150,35 @@ def _rows(in_window: np.ndarray) -> np.ndarray:
     return in_window if in_window.ndim == 2 else in_window[None, :]
 
 
-def closed_window(t: RequestTimes, tasks: int, warmup_turns: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+class ClosedLoop(NamedTuple):
+    """A closed loop's window rule (:func:`closed_window`): its tasks and its warm-up, in turns, or (with
+    ``warmup_fraction`` given, ``warmup_turns`` 0) as a fraction of the time every task is in the loop."""
+
+    tasks: int
+    warmup_turns: int = 2
+    warmup_fraction: float | None = None
+
+
+def closed_window(t: RequestTimes, tasks: int, warmup_turns: int,
+                  warmup_fraction: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A closed loop's steady window per stream (request i = turn · T + task): bool[S, R] the valid
-    requests arriving in [t0, t1) and float64[S] t0, t1 — t0 when the last task issues its request of
-    turn ``warmup_turns`` (every task has started and done its warm-up turns), t1 when the first task
-    issues its last request (after that one finishes the population falls below T)."""
+    requests arriving in [t0, t1) and float64[S] t0, t1 — t1 when the first task issues its last request
+    (after that one finishes the population falls below T); t0 when the last task issues its request of
+    turn ``warmup_turns`` (every task has started and done its warm-up turns), or with ``warmup_fraction``
+    f the fraction f of the way from the last task's first request to t1 (module docstring)."""
     s, r = t.arrival_s.shape
     turns = r // tasks
     require_int("closed_window", "warmup_turns", warmup_turns, 0, turns - 2)
     a = t.arrival_s.reshape(s, turns, tasks)
-    t0, t1 = a[:, warmup_turns, :].max(axis=1), a[:, -1, :].min(axis=1)
+    t1 = a[:, -1, :].min(axis=1)
+    if warmup_fraction is None:
+        t0 = a[:, warmup_turns, :].max(axis=1)
+    else:
+        f = require_real("closed_window", "warmup_fraction", warmup_fraction, 0.0, 1.0, hi_open=True)
+        require(warmup_turns == 0, "closed_window", "warmup_turns", warmup_turns,
+                "must be 0 with a warm-up fraction (one warm-up rule)")
+        started = a[:, 0, :].max(axis=1)
+        t0 = started + f * (t1 - started)
     inside = t.valid & (t.arrival_s >= t0[:, None]) & (t.arrival_s < t1[:, None])
     return inside, t0, t1
 
@@ -312,18 +336,24 @@ def kv_turnover_s(t: RequestTimes, kv_tokens: np.ndarray, room_tokens: np.ndarra
 
 def stream_window(t: RequestTimes, warmup: int = 0, measured: int | None = None, closed=None):
     """(in_window, span) of a run: by index (:func:`window`, span None), or a closed loop's steady window
-    (``closed`` = (tasks, warm-up turns): :func:`closed_window`; span its (t0, t1)); a closed loop with a
+    (``closed`` = (tasks, warm-up turns[, warm-up fraction]), :class:`ClosedLoop`: :func:`closed_window`; span
+    its (t0, t1)); a closed loop with a
     stream with no request in its window is refused (too few turns per task for the warm-up)."""
     if closed is None:
         return window(t.arrival_s.shape[1], warmup, measured), None
-    tasks, warmup_turns = closed
-    in_window, t0, t1 = closed_window(t, tasks, warmup_turns)
+    rule = ClosedLoop(*closed)
+    in_window, t0, t1 = closed_window(t, *rule)
     empty = ~in_window.any(axis=1)
     if empty.any():
-        raise ConfigError(f"closed loop: in {int(empty.sum())} of {empty.size} streams no request arrives between the last "
-                          f"task's turn {warmup_turns} and the first task's last turn ({t.arrival_s.shape[1] // tasks} "
-                          "turns per task: the tasks drift apart by more than the turns left): give more turns per task "
-                          "or fewer warm-up turns")
+        turns = t.arrival_s.shape[1] // rule.tasks
+        if rule.warmup_fraction is None:
+            raise ConfigError(f"closed loop: in {int(empty.sum())} of {empty.size} streams no request arrives between the "
+                              f"last task's turn {rule.warmup_turns} and the first task's last turn ({turns} turns per "
+                              "task: the tasks drift apart by more than the turns left): give more turns per task, "
+                              "fewer warm-up turns, or a warm-up in time (--warmup-fraction)")
+        raise ConfigError(f"closed loop: in {int(empty.sum())} of {empty.size} streams no request arrives after the "
+                          f"warm-up fraction {rule.warmup_fraction:g} and before the first task's last turn ({turns} turns "
+                          "per task: the last task starts after the first one ends): give more turns per task")
     return in_window, (t0, t1)
 
 

@@ -31,7 +31,7 @@ from hbfjax.serve import cpu_offload, engine, metrics, parts as part_modules, re
 from hbfjax.serve.parts.blocks import BlocksConfig
 from hbfjax.serve.parts.reads import ReadsConfig, read_laws
 from hbfjax.serve.state import MAX_SLOTS, BatcherConfig, BatcherKnobs
-from hbfjax.validate import ConfigError, require, require_choice, require_int
+from hbfjax.validate import ConfigError, require, require_choice, require_int, require_real
 from hbfjax.workload import models, timing
 from hbfjax.workload import requests as rq
 
@@ -72,6 +72,7 @@ class Scenario:
     routing: str = "uniform"  # routing.KINDS
     warmup: int = 0  # leading requests excluded from the metrics (an open loop)
     warmup_turns: int = 2  # a closed loop: turns every task serves before the window (metrics.closed_window)
+    warmup_fraction: float | None = None  # a closed loop's warm-up in time instead (warmup_turns 0; metrics.ClosedLoop)
     measured: int | None = None  # requests measured after the warm-up (None: all the rest)
     slo: metrics.Slo | None = None
     hbm_kv_budget_bytes: float | None = None  # None: the HBM the weights leave
@@ -104,8 +105,15 @@ class Scenario:
         if self.requests.closed_loop:
             require(self.warmup == 0, c, "warmup", self.warmup, "a closed loop's warm-up is warmup_turns")
             require_int(c, "warmup_turns", self.warmup_turns, 0, self.requests.turns - 2)
+            if self.warmup_fraction is not None:
+                require_real(c, "warmup_fraction", self.warmup_fraction, 0.0, 1.0, hi_open=True)
+                require(self.warmup_turns == 0, c, "warmup_turns", self.warmup_turns,
+                        "must be 0 with a warm-up fraction (one warm-up rule)")
             require(self.slots <= self.requests.tasks, c, "slots", self.slots,
                     f"must be <= tasks = {self.requests.tasks}: at most one request per task is in the system")
+        else:
+            require(self.warmup_fraction is None, c, "warmup_fraction", self.warmup_fraction,
+                    "applies to a closed loop")
         for m in self.disable:
             require(m in hbf_packages.MECHANISMS, c, "disable", m, f"must be among {hbf_packages.MECHANISMS}")
         rq.check_knobs(self.request_knobs, self.requests)
@@ -168,8 +176,11 @@ class Scenario:
 
     @property
     def closed(self) -> tuple | None:
-        """A closed loop's (tasks, warm-up turns) for its metrics' window; None for an open loop."""
-        return (self.requests.tasks, self.warmup_turns) if self.requests.closed_loop else None
+        """A closed loop's window rule (``metrics.ClosedLoop``: tasks, warm-up turns, warm-up fraction) for its
+        metrics; None for an open loop."""
+        if not self.requests.closed_loop:
+            return None
+        return metrics.ClosedLoop(self.requests.tasks, self.warmup_turns, self.warmup_fraction)
 
     @property
     def model_spec(self) -> models.ModelSpec:
