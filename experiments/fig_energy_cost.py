@@ -127,6 +127,18 @@ def _get(table: pd.DataFrame, batch: int, system: str, key: str) -> float:
     return float(table[(table.batch == batch) & (table.system == system)][key].iloc[0])
 
 
+STATIC_STEP_W = 10.0  # the static power the notes price (--static-w; 0 by default: no source states one)
+
+
+def _static_note(table: pd.DataFrame, batch: int, system: str) -> str:
+    """What static power would add per token: span × W over the tokens, i.e. W / throughput (a batch run)."""
+    per = {s: STATIC_STEP_W / _get(table, batch, s, "throughput_tokens_per_s") for s in (system, "dash")
+           if s in set(table.system)}
+    dash = f" ({per['dash']:.2g} J for DASH)" if "dash" in per else ""
+    return (f"static power is 0 by default (--static-w): every {STATIC_STEP_W:g} W of it adds {per[system]:.2g} J per "
+            f"output token here{dash}, so a slow system's J/token is a lower bound that idle power dominates")
+
+
 def run(ctx: Context) -> list[Comparison]:
     params = {"model": MODEL, "batches": BATCHES, "prompt": PROMPT, "output": OUTPUT, "systems": SYSTEMS,
               "max_streams": MAX_STREAMS, "energy_defaults": energy.FIELDS}
@@ -161,5 +173,6 @@ def run(ctx: Context) -> list[Comparison]:
                                f"{e:.3g} ± {_get(table, b, system, 'ci95_energy_j_per_token'):.2g}",
                                f"host DRAM {host['host_dram']:.0%}, PCIe {host['pcie']:.0%}, host CPU "
                                f"{host['cpu_compute']:.0%} of it; {ratio:.3g}x DASH's; "
-                               f"{_get(table, b, system, 'cost_usd_per_mtoken'):.3g} $ per million output tokens"))
+                               f"{_get(table, b, system, 'cost_usd_per_mtoken'):.3g} $ per million output tokens; "
+                               f"{_static_note(table, b, system)}"))
     return rows
