@@ -346,7 +346,11 @@ def report(o, org, model, costs: EnergyCosts, cost: CostModel, pj_per_flop: floa
     measured = measured_mean_ci(per_stream(o, org, model, room, costs, cost, pj_per_flop, gpu))
     unmeasured = sorted(k for k, v in measured.items() if v is None and not k.startswith("ci95_"))
     out = _nest({k: v for k, v in measured.items() if v is not None})
-    if unmeasured:  # e.g. no KV programmed into HBF (no wear: no lifetime), or no output token (nothing per token)
+    if org is None:
+        out["energy_note"] = (f"a CPU-offloading system: priced as the GPU and its own {GPU_HBM_STACKS[gpu]:g} HBM stacks "
+                              f"({GPU_HBM_STACKS_SOURCES[gpu]}), no HBF (so no HBF lifetime); the host (CPU, DRAM) is "
+                              "left out of every system's capital alike")
+    elif unmeasured:  # e.g. no KV programmed into HBF (no wear: no lifetime), or no output token (nothing per token)
         out["energy_note"] = f"not measured in any stream: {', '.join(unmeasured)} (nothing written to HBF bounds " \
                              "no lifetime; a run without output tokens has nothing per token)"
     return out
