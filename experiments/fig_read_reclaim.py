@@ -10,8 +10,10 @@ uniform's 6.0201e8, 177.55 against 177.56 tokens/s, and took 105 s against 12 s)
 One ``hbfjax serve --read-disturb-reads`` run per workload gives its weight page reads per second (dense
 and expert blocks, ``hbfjax.read_reclaim``) and its KV program rate; the grid over N and T is then the
 renewal estimate of ``read_reclaim.estimate`` at those rates (exact for N ≫ 1 without refresh, whatever
-the routing's skew; a lower bound with refresh). The rewrites are not fed back into the serving timeline
-(no stall is measured). Lifetimes spread wear over every block of the package. Assumed values: 512 pages
+the routing's skew; a lower bound with refresh). The third panel times the same rewrites in the serving
+loop (the engine's ``reclaim`` part, ``hbfjax.serve.parts.reclaim``: ``serve --read-disturb-reads N
+--reclaim-in windows|critical-path``, refresh off) at TIMED_THRESHOLDS: the share of the busy time that
+reclaim's forced rewrites stall, in read-free windows or all on the critical path. Lifetimes spread wear over every block of the package. Assumed values: 512 pages
 a block (HBFlex §5.1), 10^5 P/E cycles (HBFlex §3.3); the threshold and the refresh interval are swept
 because no source gives HBF's (issue 26's artifact: 10^6; OCP HBF v0.7: refresh every 24–48 h). Neither
 paper counts read disturb, so there is no paper value: the rows say what it implies for their lifetime
@@ -40,15 +42,21 @@ PE_CYCLES = 1e5
 DASH_MODEL, DASH_PROMPT, DASH_OUTPUT, DASH_BATCH = "qwen3-235b-a22b", 4096, 128, 32  # Table III's shape, a full batch
 FLEX_MODEL, FLEX_TRACE, FLEX_REQUESTS = "deepseek-v3", "swebench_miniswe_agent", 256
 MAX_STREAMS = 4  # the reclaim estimate needs only each run's mean read rates
+TIMED_THRESHOLDS = (1e4, 1e5, 1e6)  # the engine-timed runs (refresh off)
+UNTIMED_THRESHOLD = 1e15  # the estimate's run: no block reaches it, so its times are those without reclaim
+RECLAIM_IN = ("windows", "critical-path")
 # (label, system, model, routing or None, the run's options)
 RUNS = (("DASH, uniform", "dash", DASH_MODEL, "uniform"), ("HBFlex, SWE-bench", "hbflex", FLEX_MODEL, None))
 KEYS = ("lifetime_years_combined", "lifetime_years_read_reclaim", "lifetime_years_kv_writes", "reclaim_program_share",
         "reclaim_program_gbps", "reclaim_over_kv_programs")
 
 
-def serve_args(system: str, model: str, routing: str | None, streams: int, seed: int, tiny: bool) -> list[str]:
-    """The ``hbfjax serve`` command line of one workload (the threshold given only to get the read rates)."""
-    common = ["--streams", str(streams), "--seed", str(seed), "--read-disturb-reads", "1e6", "--json"]
+def serve_args(system: str, model: str, routing: str | None, streams: int, seed: int, tiny: bool,
+               threshold: float = UNTIMED_THRESHOLD, reclaim_in: str = "windows") -> list[str]:
+    """The ``hbfjax serve`` command line of one workload: by default with a threshold no run reaches (the
+    engine then times no rewrite), only to get the read rates the estimate needs."""
+    common = ["--streams", str(streams), "--seed", str(seed), "--read-disturb-reads", f"{threshold:g}",
+              "--reclaim-in", reclaim_in, "--json"]
     if tiny:
         return ["serve", "--system", system, "--model", ds.TINY_MODEL, "--batch", "2", "--prompt", str(ds.TINY_PROMPT),
                 "--output", str(ds.TINY_OUTPUT), *common]
@@ -84,13 +92,38 @@ def _compute(ctx: Context) -> pd.DataFrame:
                              "weight_page_reads_per_s": r["weight_page_reads_per_s"],
                              "kv_program_gbps": r["kv_program_gbps"],
                              **{k: float(np.asarray(est[k])) for k in KEYS}})
+        for n in TIMED_THRESHOLDS:
+            for where in RECLAIM_IN:
+                argv = serve_args(system, model_name, routing, streams, ctx.seed, ctx.tiny, n, where)
+                timed = serve.compute(parser.parse_args(argv))
+                q = timed if "system" in timed else timed["systems"][0]
+                rows.append({"workload": label, "system": system, "model": result["model"], "routing": routing or "",
+                             "threshold_reads": n, "refresh_hours": 0.0, "reclaim_in": where,
+                             "throughput_tokens_per_s": q["throughput_tokens_per_s"],
+                             "untimed_throughput_tokens_per_s": r["throughput_tokens_per_s"],
+                             **{k: q[k] for k in TIMED_KEYS}})
     return pd.DataFrame(rows)
 
 
+TIMED_KEYS = ("reclaim_stall_share_of_busy", "reclaim_timed_program_gbps", "reclaim_timed_forced_share",
+              "reclaim_program_gbps")
+
+
+def estimates(table: pd.DataFrame) -> pd.DataFrame:
+    """The renewal-estimate rows (the timed runs' rows name where they timed reclaim)."""
+    return table[table.reclaim_in.isna()] if "reclaim_in" in table else table
+
+
 def _plot(table: pd.DataFrame, ctx: Context) -> None:
-    fig, axes = plt.subplots(1, 2, figsize=(11.5, 4.2))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.2))
     styles = {0.0: "-", 24.0: "--", 48.0: ":"}
+    timed = table[table.reclaim_in.notna()]
+    table = estimates(table)
     for i, label in enumerate(dict.fromkeys(table.workload)):
+        for where, ls in zip(RECLAIM_IN, ("-", "--")):
+            d = timed[(timed.workload == label) & (timed.reclaim_in == where)].sort_values("threshold_reads")
+            axes[2].plot(d.threshold_reads, d.reclaim_stall_share_of_busy, ls, marker="o", ms=4, color=f"C{i}",
+                         label=f"{label}, {where}")
         for t, ls in styles.items():
             d = table[(table.workload == label) & (table.refresh_hours == t)].sort_values("threshold_reads")
             more = d.reclaim_over_kv_programs > 1.0
@@ -104,14 +137,17 @@ def _plot(table: pd.DataFrame, ctx: Context) -> None:
             axes[0].axhline(kv, color=f"C{i}", lw=0.6, alpha=0.6)
     axes[0].axhline(5.0, color="k", lw=0.8, ls="-.", label="5 years (HBFlex §3.3's horizon)")
     for ax, ylabel in ((axes[0], "HBF lifetime (years; KV writes + reclaim)"),
-                       (axes[1], "reclaim's share of the package's program rate")):
+                       (axes[1], "reclaim's share of the package's program rate"),
+                       (axes[2], "reclaim stall / busy time (timed in serving)")):
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("read-disturb threshold N (reads per block)")
         ax.set_ylabel(ylabel)
     axes[0].legend(fontsize=6, ncol=1, loc="lower right")
-    fig.suptitle("filled: reclaim programs more than the KV writes; thin lines: the lifetime KV writes alone leave; "
-                 "renewal estimate from each run's weight reads (not fed back into timing)", fontsize=8)
+    axes[2].legend(fontsize=6, loc="lower left")
+    fig.suptitle("left, middle: renewal estimate from each run's weight reads (filled: reclaim programs more than the "
+                 "KV writes; thin lines: the lifetime KV writes alone leave); right: the rewrites timed in the serving "
+                 "loop, refresh off", fontsize=8)
     fig.tight_layout()
     save_figure(fig, ctx, NAME)
 
@@ -127,9 +163,10 @@ def _crossing(d: pd.DataFrame) -> str:
 def run(ctx: Context) -> list[Comparison]:
     params = {"thresholds": THRESHOLDS, "refresh_hours": REFRESH_HOURS, "pe_cycles": PE_CYCLES,
               "runs": RUNS, "dash": (DASH_MODEL, DASH_PROMPT, DASH_OUTPUT, DASH_BATCH), "hbflex": (FLEX_MODEL, FLEX_TRACE, FLEX_REQUESTS),
-              "max_streams": MAX_STREAMS}
-    table = cached_table(ctx, NAME, params, lambda: _compute(ctx))
-    _plot(table, ctx)
+              "max_streams": MAX_STREAMS, "timed_thresholds": TIMED_THRESHOLDS, "reclaim_in": RECLAIM_IN}
+    full = cached_table(ctx, NAME, params, lambda: _compute(ctx))
+    _plot(full, ctx)
+    table = estimates(full)
     none = "not counted (neither paper models read disturb)"
     rows = []
     for label in dict.fromkeys(table.workload):
@@ -153,4 +190,16 @@ def run(ctx: Context) -> list[Comparison]:
                                + ("it changes nothing here" if abs(on.lifetime_years_combined
                                                                     - off.lifetime_years_combined)
                                   <= 1e-9 * off.lifetime_years_combined else "it shortens the lifetime here")))
+        timed = full[(full.workload == label) & full.reclaim_in.notna()]
+        cells = {(row.reclaim_in, row.threshold_reads): row for row in timed.itertuples()}
+        w, c = cells[("windows", 1e6)], cells[("critical-path", 1e6)]
+        lo = cells[("windows", min(TIMED_THRESHOLDS))]
+        rows.append(Comparison(
+            "issue 26", f"{label}: reclaim stall timed in serving at N = 10^6 (share of busy time)", none,
+            f"{w.reclaim_stall_share_of_busy:.2%} in windows, {c.reclaim_stall_share_of_busy:.2%} on the critical "
+            f"path (N = {min(TIMED_THRESHOLDS):.0e}: {lo.reclaim_stall_share_of_busy:.1%})",
+            f"throughput {w.throughput_tokens_per_s:.4g} tokens/s against {w.untimed_throughput_tokens_per_s:.4g} "
+            f"untimed; {w.reclaim_timed_forced_share:.0%} of the rewrites found no window; the timed rewrites "
+            f"{w.reclaim_timed_program_gbps:.3g} GB/s against the estimate's {w.reclaim_program_gbps:.3g} "
+            "(each pass's routing draw, the credits' stationary start)"))
     return rows

@@ -19,9 +19,10 @@ Each block then rewrites at max(λ/N, 1/T) per second for N ≫ 1 (``reclaim.ren
 relocation rate Σ λ_b / N does not depend on how reads are shared among blocks, so skewed routing (hot
 experts) changes the total only through the bytes it reads; with refresh on, even shares give a lower
 bound (max is convex). KV blocks are not counted (their pages die with their requests, mostly before N
-reads; HBFlex's paper counts none). The rewrites are not fed back into the serving timeline: their
-plane time is reported as a share of the package's program rate, and no ``reclaim_stall_s`` is reported
-(not measured: ``reclaim_note`` says so).
+reads; HBFlex's paper counts none). This estimate's plane time is a share of the package's program
+rate; the serving engine times the same rewrites in its own loop with the ``reclaim`` part
+(``hbfjax.serve.parts.reclaim``: ``reclaim_stall_s`` and the ``reclaim_timed_*`` keys, from each pass's
+routing draw), which the CLI runs beside this estimate.
 
 Lifetimes spread wear over every block of the package (global wear levelling): P/E × blocks / erases per
 second, for the KV programs (host + GC, the run's measured bytes) and for reclaim, and for both together.
@@ -122,9 +123,11 @@ def per_stream(totals: dict, org, model, kv_programmed_bytes, m: ReclaimModel) -
 
 
 KEYS = ("reclaim_program_gb", "reclaim_program_share", "lifetime_years_combined")
-NOTE = ("renewal estimate from the run's weight reads (hbfjax.read_reclaim): not fed back into the serving "
-        "timeline, so reclaim_stall_s is not measured; lifetimes over every block of the package (global wear "
-        "levelling), unlike hbf_lifetime_years (DASH §VI-H, over the KV room)")
+NOTE = ("reclaim_program_*, reclaim_relocations/refreshes and lifetime_years_*: renewal estimate from the run's "
+        "weight reads (hbfjax.read_reclaim); reclaim_stall_s and reclaim_timed_*: the same rewrites timed in the "
+        "serving loop (hbfjax.serve.parts.reclaim: each pass's routing draw, windows or critical path); lifetimes "
+        "over every block of the package (global wear levelling), unlike hbf_lifetime_years (DASH §VI-H, over the "
+        "KV room)")
 
 
 def report(totals: dict, org, model, kv_programmed_bytes, m: ReclaimModel) -> dict:

@@ -1,4 +1,4 @@
-"""The serving engine with HBFlex's parts (``engine.simulate``, ``ServeConfig.parts = parts.ORDER``)
+"""The serving engine with HBFlex's parts (``engine.simulate``, ``ServeConfig.parts = parts.HBFLEX``)
 equals its plain-Python reference (``hbflex_reference.serve``) on the same draws: every request's
 first-token and finish time, the serving totals and the parts' totals (read and ideal waves, write
 stalls, GC time, WAF, evicted sessions, hit tokens), for the tiny GQA model on a synthetic multi-turn
@@ -90,7 +90,7 @@ def case():
     config = engine.ServeConfig(model=GQA, batcher=BatcherConfig(slots=SLOTS),
                                 requests=rq.RequestsConfig(requests=n, arrivals="trace", replay="offset"),
                                 max_pass_tokens=engine.pass_token_bound(SLOTS, CHUNK, 2 * CHUNK),
-                                max_iterations=3000, scan_chunk=SCAN_CHUNK, parts=parts.ORDER,
+                                max_iterations=3000, scan_chunk=SCAN_CHUNK, parts=parts.HBFLEX,
                                 blocks=BlocksConfig(planes=4, blocks_per_plane=32, pages_per_block=4, n_labels=2,
                                                     plane_writes_per_chunk=16))
     knobs = []

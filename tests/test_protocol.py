@@ -224,7 +224,7 @@ def test_the_families_are_the_engines_system_kinds():
     the CPU timing with none."""
     configs = {f: systems.serve_config(systems.system(FAMILIES[f][0][0]), FAMILIES[f][1]) for f in FAMILIES}
     assert configs["dash-reads"].parts == ("tiers", "reads")
-    assert configs["hbflex"].parts == parts.ORDER and len(parts.ORDER) == 6
+    assert configs["hbflex"].parts == parts.HBFLEX and len(parts.ORDER) == 7
     assert configs["cpu"].parts == () and configs["cpu"].timing_kind == "cpu-offload"
     assert {configs[f].timing_kind for f in ("dash-reads", "hbflex")} == {"organisation"}
     assert isinstance(_points("hbflex", SCENARIO)[0].gpu, timing.GpuKnobs)

@@ -13,6 +13,10 @@ Rows:
 * ``serve qwen3 dash``: Qwen3-235B-A22B on DASH with an H100-PCIe, Poisson arrivals at 2 requests/s of
   1,024-token prompts and 128 output tokens (DASH §VI-E: 32 slots, 512-token chunks, 8,192-token
   budget), ``1024 · scale`` streams of ``REQUESTS`` requests.
+* ``serve qwen3 dash + reclaim``: the same family with the reclaim part (``hbfjax.serve.parts.reclaim``,
+  N = 10^6 reads, windows): its per-block credits' cost per stream-iteration, ``reclaim_overhead`` the ratio
+  of its seconds per event to the row without (issue 26: under 1.25). Its reference ratio is against the
+  same reference, which has no reclaim.
 * ``serve vidur-shape``: the shape of Vidur's measurement (issue 11): dense Llama-3-8B, 32 slots,
   512-token chunks and a 512-token iteration budget (Sarathi's chunk is its budget), 4,096-token
   prompts, 128 output tokens, 1,152 Poisson requests at 77 % of the backlogged throughput of the same
@@ -31,6 +35,7 @@ import time
 from hbfjax import batch, clock
 from hbfjax.bench._timing import row, time_family
 from hbfjax.serve import reference, systems
+from hbfjax.serve.parts.reclaim import ReclaimKnobs
 from hbfjax.workload import models
 from hbfjax.workload import requests as rq
 
@@ -42,13 +47,13 @@ VIDUR_TOKEN_BUDGET = 512  # Vidur's shape: Sarathi's 512-token chunk is its iter
 
 
 def _setup(model, arrivals: str, n: int, rate: float, prompt: int, output: int, max_iterations: int, *,
-           token_budget: int = systems.TOKEN_BUDGET) -> systems.Family:
+           token_budget: int = systems.TOKEN_BUDGET, reclaim=None) -> systems.Family:
     """DASH serving ``n`` requests of ``prompt`` → ``output`` tokens in 32 slots (``arrivals`` "poisson" at
     ``rate``, or "batch": all at t = 0) with DASH's chunk and ``token_budget``: one family, one point."""
     knobs = rq.RequestKnobs.make(rate_per_s=rate, batch=n, prompt=rq.LengthKnobs.make(prompt),
                                  output=rq.LengthKnobs.make(output))
     sc = systems.Scenario(model=model, requests=rq.RequestsConfig(requests=n, arrivals=arrivals), request_knobs=knobs,
-                          slots=SLOTS, token_budget=token_budget, max_iterations=max_iterations)
+                          slots=SLOTS, token_budget=token_budget, max_iterations=max_iterations, reclaim=reclaim)
     return systems.single("dash", sc)
 
 
@@ -67,6 +72,12 @@ def run(scale: float) -> list[dict]:
     ref_s, ref_it = _reference(fam)
     rows.append(row(f"serve qwen3 dash poisson {streams}x{REQUESTS}req", events, "stream-iterations", compile_s, run_s,
                     ref_s, streams=streams, run_cpu_s=cpu_s, reference_iterations=ref_it))
+    plain_s_per_event = run_s / events
+    fam = _setup(qwen, "poisson", REQUESTS, 2.0, 1024, 128, 20_000, reclaim=ReclaimKnobs.make(threshold_reads=1e6))
+    compile_s, run_s, cpu_s, events = time_family(fam, streams, SEED)
+    rows.append(row(f"serve qwen3 dash + reclaim poisson {streams}x{REQUESTS}req", events, "stream-iterations",
+                    compile_s, run_s, ref_s, streams=streams, run_cpu_s=cpu_s,
+                    reclaim_overhead=run_s / events / plain_s_per_event))
 
     llama = models.preset("llama3-8b")
     shape = dict(prompt=4096, output=128, max_iterations=40_000, token_budget=VIDUR_TOKEN_BUDGET)

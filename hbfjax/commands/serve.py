@@ -215,6 +215,13 @@ def register(subparsers) -> None:
     r.add_argument("--refresh-hours", type=number(float, 0.0, 1e6), default=None, metavar="T",
                    help="with --read-disturb-reads: rewrite every block not rewritten for T hours (OCP HBF v0.7: "
                         "24-48 h; default off)")
+    r.add_argument("--reclaim-in", choices=RECLAIM_IN, default=None,
+                   help="with --read-disturb-reads: where the engine times the rewrites (hbfjax.serve.parts.reclaim): "
+                        "in the layers' read-free windows, the rest forced onto the critical path (default windows), "
+                        "or all on the critical path in the pass that causes them")
+    r.add_argument("--reclaim-backlog-blocks", type=number(float, 0.0, 1e12), default=None, metavar="B",
+                   help="with --read-disturb-reads and windows: due blocks that may wait for a later pass's windows "
+                        "before the rest is forced (default 0)")
     t = p.add_argument_group("timeline (Chrome trace-event JSON: ui.perfetto.dev, chrome://tracing)")
     t.add_argument("--timeline", default=None, metavar="FILE.json",
                    help="write one stream's passes, layers, operators, KV writes and requests as a Chrome trace "
@@ -357,7 +364,8 @@ def scenario(args):
                   link_gbps=None if args.link_tbps is None else args.link_tbps * 1e3,
                   page_bytes=None if args.page_kib is None else args.page_kib * 1024,
                   disable=tuple(m for m in args.disable.split(",") if m), reads=args.reads, table=table,
-                  allow_roofline=args.allow_roofline, cores=args.cores or 32, cpu_experts=args.cpu_experts or 0)
+                  allow_roofline=args.allow_roofline, cores=args.cores or 32, cpu_experts=args.cpu_experts or 0,
+                  reclaim=reclaim_knobs(args, kinds))
     for m in common["disable"]:
         if m not in names.MECHANISMS:
             raise ConfigError(f"--disable {m!r}: must be among {names.MECHANISMS}")
@@ -589,6 +597,29 @@ def plan(args, timeline_ok: bool = False) -> tuple[dict, list]:
         header["reclaim_model"] = read_reclaim.describe(reclaim)
     return header, [_with_energy(f, costs, cost, pj_per_flop, reclaim, header["gpu"])
                     for f in systems.families(args.system, sc)]
+
+
+RECLAIM_IN = ("windows", "critical-path")
+
+
+def reclaim_knobs(args, kinds=()):
+    """The reclaim part's knobs (``parts.reclaim.ReclaimKnobs``) of --read-disturb-reads and its options, or None;
+    the options alone are refused. The CPU systems read no HBF: they run without the part."""
+    given = [f for f, v in (("--reclaim-in", getattr(args, "reclaim_in", None)),
+                            ("--reclaim-backlog-blocks", getattr(args, "reclaim_backlog_blocks", None))) if v is not None]
+    if getattr(args, "read_disturb_reads", None) is None:
+        if given:
+            raise ConfigError(f"{' '.join(given)}: give --read-disturb-reads N too (1e6: issue 26's public artifact)")
+        return None
+    if getattr(args, "reclaim_in", None) == "critical-path" and getattr(args, "reclaim_backlog_blocks", None):
+        raise ConfigError("--reclaim-backlog-blocks: applies to --reclaim-in windows (the critical path waits for none)")
+    if set(kinds) == {"cpu"}:
+        raise ConfigError("--read-disturb-reads: the CPU-offloading systems read no HBF; serve an HBF system too")
+    from hbfjax.serve.parts.reclaim import ReclaimKnobs
+
+    return ReclaimKnobs.make(threshold_reads=args.read_disturb_reads, refresh_hours=args.refresh_hours or 0.0,
+                             in_windows=float(getattr(args, "reclaim_in", None) != "critical-path"),
+                             backlog_blocks=getattr(args, "reclaim_backlog_blocks", None) or 0.0)
 
 
 def reclaim_model(args, cost):

@@ -141,13 +141,14 @@ class ServeKnobs:
     sram_shares: jax.Array | None = None  # float32[3] offload, prefetch, KV-buffer shares of the SRAM (parts.sram)
     cpu: cpu_offload.CpuKnobs | None = None  # the CPU-offloading systems (timing_kind "cpu-offload")
     relax: ServeRelax | None = None
+    reclaim: part_modules.reclaim.ReclaimKnobs | None = None  # read disturb and refresh (the reclaim part)
 
     @classmethod
     def make(cls, org: OrgKnobs | None, gpu: timing.GpuKnobs, batcher: BatcherKnobs, requests: rq.RequestKnobs,
              routing_knobs: routing.RoutingKnobs | None = None, hbm_kv_budget_bytes: float | None = None, *,
              policy: PolicyKnobs | None = None, kv_room_bytes: float | None = None, label_interval_s: float = 60.0,
-             sram_shares=None, cpu: cpu_offload.CpuKnobs | None = None, relax: ServeRelax | None = None
-             ) -> "ServeKnobs":
+             sram_shares=None, cpu: cpu_offload.CpuKnobs | None = None, relax: ServeRelax | None = None,
+             reclaim=None) -> "ServeKnobs":
         """Validated knobs. ``hbm_kv_budget_bytes`` None: every HBM byte the placed weights leave
         (``kv_tiers.capacity_tokens``); the batcher's ``kv_capacity_tokens`` caps admission further
         (its default is unbounded). ``policy`` None: DASH's (``hbf_packages.dash_policy``) for an
@@ -173,7 +174,7 @@ class ServeKnobs:
                    routing=routing.RoutingKnobs.make() if routing_knobs is None else routing_knobs,
                    org=org, policy=policy, hbm_kv_budget_bytes=jnp.float32(budget), kv_room_bytes=jnp.float32(room),
                    label_interval_us=jnp.float32(label_interval_s * 1e6), sram_shares=sram_shares, cpu=cpu,
-                   relax=relax)
+                   relax=relax, reclaim=reclaim)
 
     @property
     def delivery_relax_us(self):

@@ -1,6 +1,6 @@
 """Plain-Python reference of the HBFlex serving step (one stream, loops): the correctness oracle of the
 serving engine (:mod:`hbfjax.serve.engine`) run with HBFlex's parts (``ServeConfig.parts =
-parts.ORDER``: tiers, sessions, reads, writes, sram, blocks; :mod:`hbfjax.serve.parts`) and its speed
+parts.HBFLEX``: tiers, sessions, reads, writes, sram, blocks; :mod:`hbfjax.serve.parts`) and its speed
 baseline (DESIGN.md §5 "A plain-Python reference").
 
 Built on :mod:`hbfjax.serve.reference` (its batcher :func:`reference.simulate` with the ``admit`` and
@@ -49,7 +49,7 @@ from hbfjax.memory.organisations import DECODE_KV, HBF
 from hbfjax.salts import Salt
 from hbfjax.serve import kv_blocks, plane_store, reference
 from hbfjax.serve.engine import ServeConfig, ServeInputs, ServeKnobs
-from hbfjax.serve.parts import ORDER, blocks as blocks_part, reads as reads_part, sram as sram_part
+from hbfjax.serve.parts import HBFLEX, blocks as blocks_part, reads as reads_part, sram as sram_part
 from hbfjax.validate import require, require_choice
 from hbfjax.workload import requests as rq
 
@@ -682,14 +682,15 @@ def read_table(knobs: ServeKnobs, inputs: ServeInputs):
 def serve(stream_id: int, seed: int, knobs: ServeKnobs, config: ServeConfig, inputs=None,
           max_iterations: int | None = None, record: list | None = None):
     """One stream of ``engine.simulate(stream_id, seed, knobs, inputs, config)`` with HBFlex's parts
-    (``config.parts = parts.ORDER``) in plain Python: (:class:`reference.Result` with float µs times,
+    (``config.parts = parts.HBFLEX``) in plain Python: (:class:`reference.Result` with float µs times,
     :class:`reference.Totals`, the :class:`HbflexStep`, whose ``hbf_totals()`` are :data:`HBF_FIELDS`,
     ``cache`` the sessions and ``blocks`` the block store; ``loop_s`` is the loop's time without the
     JAX hashes and block-store calls). ``inputs``: the run's ``ServeInputs`` (a trace and the read
     laws; :func:`read_table`). ``record``: a list each pass's detail is appended to, with the step's
     ``chunks`` each chunk's block-store events (``hbfjax.serve.timeline``)."""
     c = "hbflex_reference.serve"
-    require(tuple(config.parts) == ORDER, c, "config.parts", config.parts, f"must be HBFlex's parts {ORDER}")
+    require(tuple(config.parts) == HBFLEX, c, "config.parts", config.parts,
+            f"must be HBFlex's parts {HBFLEX} (the reference does not replay the reclaim part)")
     require(config.timing_kind == "organisation", c, "config.timing_kind", config.timing_kind, "must be 'organisation'")
     require_choice(c, "routing_draw", config.routing_draw, ("counts",))
     require_choice(c, "reads.wave_draw", config.reads.wave_draw, ("table",))

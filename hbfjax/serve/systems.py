@@ -96,6 +96,7 @@ class Scenario:
     reads_config: ReadsConfig = field(default_factory=ReadsConfig)
     blocks: BlocksConfig = field(default_factory=BlocksConfig)
     relax: engine.ServeRelax | None = None
+    reclaim: Any = None  # parts.reclaim.ReclaimKnobs: the organisations gain the reclaim part (issue 26)
 
     def __post_init__(self):
         c = type(self).__name__
@@ -218,12 +219,13 @@ class System(NamedTuple):
     description: str = ""
 
     def parts(self, scenario: Scenario) -> tuple:
-        """The parts this system runs with in ``scenario`` (DASH's gain the reads part with --reads planes)."""
-        if self.kind == "hbflex":
-            return part_modules.ORDER
-        if self.kind == "dash":
-            return ("tiers", "reads") if scenario.reads == "planes" else ("tiers",)
-        return ()
+        """The parts this system runs with in ``scenario`` (DASH's gain the reads part with --reads planes; an
+        organisation gains the reclaim part with ``scenario.reclaim``)."""
+        if self.kind == "cpu":
+            return ()
+        names = part_modules.HBFLEX if self.kind == "hbflex" else (
+            ("tiers", "reads") if scenario.reads == "planes" else ("tiers",))
+        return part_modules.in_order(names + (("reclaim",) if scenario.reclaim is not None else ()))
 
     def model(self, scenario: Scenario) -> models.ModelSpec:
         """The model as this system stores it (HBFlex §6.1 evaluates with 1-byte KV elements)."""
@@ -249,7 +251,8 @@ def _hbf_knobs(scenario: Scenario, gpu: str, org: orgs.OrgKnobs, policy) -> engi
     return engine.ServeKnobs.make(
         org, gpu_knobs(scenario, gpu), scenario.batcher_knobs, scenario.request_knobs,
         hbm_kv_budget_bytes=scenario.hbm_kv_budget_bytes, policy=policy, kv_room_bytes=scenario.kv_room_bytes,
-        label_interval_s=scenario.label_interval_s, sram_shares=scenario.sram_shares, relax=scenario.relax)
+        label_interval_s=scenario.label_interval_s, sram_shares=scenario.sram_shares, relax=scenario.relax,
+        reclaim=scenario.reclaim)
 
 
 def _dash_system(name: str) -> System:

@@ -43,7 +43,7 @@ DETAIL_PASSES = 64  # passes of a window whose layers and operators are written
 MAX_PASSES = 100_000  # passes one timeline may hold (a few slices each without detail)
 _TRACKS = {"passes": (1, "GPU passes"), "layers": (2, "layers"), "operators": (3, "operators"),
            "writes": (4, "KV writes"), "requests": (5, "requests"), "blocks": (6, "block store")}
-HBFLEX_PARTS = ("tiers", "sessions", "reads", "writes", "sram", "blocks")  # hbfjax.serve.parts.ORDER
+HBFLEX_PARTS = ("tiers", "sessions", "reads", "writes", "sram", "blocks")  # hbfjax.serve.parts.HBFLEX
 GB = 1e9
 
 
@@ -69,6 +69,9 @@ def check_family(family, k: int) -> None:
     if family.points[k].org is None or config.timing_kind != "organisation":
         raise ConfigError(f"--timeline: {name} is a CPU-offloading system; timelines cover DASH's organisations")
     hbflex = tuple(config.parts) == HBFLEX_PARTS
+    if "reclaim" in config.parts:
+        raise ConfigError(f"--timeline: {name} times read reclaim (--read-disturb-reads), which the replay does not "
+                          "model; drop it for the timeline")
     if tuple(config.parts) != ("tiers",) and not hbflex:
         raise ConfigError(f"--timeline: {name} runs the parts {', '.join(config.parts)} (--reads planes on a DASH "
                           "organisation), which the replay does not model; time it with the linear reads")

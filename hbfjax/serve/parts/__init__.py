@@ -9,19 +9,23 @@ part          what it models                                                    
 ``reads``     plane collisions of the HBF KV reads, hot-plane offload               tiers
 ``writes``    all-HBF programs: immediate, stripes or window-aware writeback       tiers
 ``sram``      the base-die SRAM's budget and use                                   reads, writes
+``reclaim``   read disturb and refresh of the HBF weights, timed in windows or stalls  —
 ``blocks``    erase blocks of the HBF KV, invalidation, GC and its exposed time    tiers, sessions
 ============  ===================================================================  ==================
 """
 
 from __future__ import annotations
 
-from hbfjax.serve.parts import blocks, reads, sessions, sram, tiers, writes
+from hbfjax.serve.parts import blocks, reads, reclaim, sessions, sram, tiers, writes
 from hbfjax.validate import ConfigError
 
-ORDER = ("tiers", "sessions", "reads", "writes", "sram", "blocks")
-MODULES = {"tiers": tiers, "sessions": sessions, "reads": reads, "writes": writes, "sram": sram, "blocks": blocks}
+ORDER = ("tiers", "sessions", "reads", "writes", "sram", "reclaim", "blocks")
+MODULES = {"tiers": tiers, "sessions": sessions, "reads": reads, "writes": writes, "sram": sram, "reclaim": reclaim,
+           "blocks": blocks}
 NEEDS = {"tiers": (), "sessions": ("tiers",), "reads": ("tiers",), "writes": ("tiers",), "sram": ("reads", "writes"),
+         "reclaim": (),
          "blocks": ("tiers", "sessions")}
+HBFLEX = ("tiers", "sessions", "reads", "writes", "sram", "blocks")  # HBFlex's systems (reclaim: on request)
 
 
 def check_parts(names: tuple) -> None:
