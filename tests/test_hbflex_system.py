@@ -1,5 +1,5 @@
 """The HBFlex organisations served on the engine with HBFlex's parts (``hbfjax.serve.engine``,
-``ServeConfig.parts = parts.ORDER``): hand-traced reuse and
+``ServeConfig.parts = parts.HBFLEX``): hand-traced reuse and
 write stalls, H3's HBM-only request KV, eviction under a small KV room, Little's law, one compilation
 for the six organisations on common random numbers (the tabulated wave law against exact draws is in
 tests/test_wave.py)."""
@@ -34,7 +34,7 @@ def _config(requests: int, slots: int = 4, model=GQA, replay: str = "exact", wav
     return engine.ServeConfig(model=model, batcher=BatcherConfig(slots=slots),
                               requests=rq.RequestsConfig(requests, arrivals="trace", replay=replay),
                               max_pass_tokens=engine.pass_token_bound(slots, CHUNK, 4 * CHUNK), max_iterations=20_000,
-                              scan_chunk=16, parts=parts.ORDER, reads=ReadsConfig(wave_draw=wave_draw), blocks=blocks)
+                              scan_chunk=16, parts=parts.HBFLEX, reads=ReadsConfig(wave_draw=wave_draw), blocks=blocks)
 
 
 def _knobs(name: str, kv_room_bytes=None, package=None):
@@ -51,7 +51,7 @@ def _inputs(trace, points) -> engine.ServeInputs:
 
 def _report(out) -> dict:
     """The parts' per-stream report keys (report.part_keys)."""
-    return report.part_keys(out, parts.ORDER)
+    return report.part_keys(out, parts.HBFLEX)
 
 
 def _swebench(tmp_path, rows) -> rq.TraceInputs:
