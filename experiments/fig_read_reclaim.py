@@ -13,7 +13,9 @@ renewal estimate of ``read_reclaim.estimate`` at those rates (exact for N ≫ 1 
 the routing's skew; a lower bound with refresh). The third panel times the same rewrites in the serving
 loop (the engine's ``reclaim`` part, ``hbfjax.serve.parts.reclaim``: ``serve --read-disturb-reads N
 --reclaim-in windows|critical-path``, refresh off) at TIMED_THRESHOLDS: the share of the busy time that
-reclaim's forced rewrites stall, in read-free windows or all on the critical path. Lifetimes spread wear over every block of the package. Assumed values: 512 pages
+reclaim's forced rewrites stall, in read-free windows or all on the critical path; for HBFlex the same runs
+count the KV blocks' own reads on the blocks part's sampled planes (``kv_block_reads_max``, the WAF the KV
+relocations add). Lifetimes spread wear over every block of the package. Assumed values: 512 pages
 a block (HBFlex §5.1), 10^5 P/E cycles (HBFlex §3.3); the threshold and the refresh interval are swept
 because no source gives HBF's (issue 26's artifact: 10^6; OCP HBF v0.7: refresh every 24–48 h). Neither
 paper counts read disturb, so there is no paper value: the rows say what it implies for their lifetime
@@ -101,12 +103,17 @@ def _compute(ctx: Context) -> pd.DataFrame:
                              "threshold_reads": n, "refresh_hours": 0.0, "reclaim_in": where,
                              "throughput_tokens_per_s": q["throughput_tokens_per_s"],
                              "untimed_throughput_tokens_per_s": r["throughput_tokens_per_s"],
-                             **{k: q[k] for k in TIMED_KEYS}})
+                             **{k: q[k] for k in TIMED_KEYS},
+                             **{k: (np.nan if q.get(k) is None else q[k]) for k in KV_KEYS}})
     return pd.DataFrame(rows)
 
 
 TIMED_KEYS = ("reclaim_stall_share_of_busy", "reclaim_timed_program_gbps", "reclaim_timed_forced_share",
               "reclaim_program_gbps")
+
+
+# the KV blocks' own read counters (HBFlex's organisations: the blocks part's sampled planes; absent for DASH)
+KV_KEYS = ("kv_block_reads_max", "kv_block_reads_mean_at_erase", "kv_reclaim_relocations_per_s", "kv_reclaim_waf_added")
 
 
 def estimates(table: pd.DataFrame) -> pd.DataFrame:
@@ -202,4 +209,23 @@ def run(ctx: Context) -> list[Comparison]:
             f"untimed; {w.reclaim_timed_forced_share:.0%} of the rewrites found no window; the timed rewrites "
             f"{w.reclaim_timed_program_gbps:.3g} GB/s against the estimate's {w.reclaim_program_gbps:.3g} "
             "(each pass's routing draw, the credits' stationary start)"))
+        if np.isfinite(w.kv_block_reads_max):
+            rows.append(Comparison("issue 26", f"{label}: KV blocks' own read disturb (sampled planes)", none,
+                                   _kv_cells(cells), _kv_note(w)))
     return rows
+
+
+def _kv_cells(cells) -> str:
+    """The KV relocations' added WAF at each timed threshold (windows runs)."""
+    return "WAF added by relocating KV blocks: " + ", ".join(
+        f"{cells[('windows', n)].kv_reclaim_waf_added:.3g} at N = {n:.0e}" for n in sorted(TIMED_THRESHOLDS))
+
+
+def _kv_note(w) -> str:
+    erased = (f"{w.kv_block_reads_mean_at_erase:.3g} reads on average when GC erased a block"
+              if np.isfinite(w.kv_block_reads_mean_at_erase) else "GC erased no KV block in the window")
+    return (f"a KV block takes the reads of all its live pages (512 pages, each read by every decode pass of its "
+            f"session): the most a block took was {w.kv_block_reads_max:.3g} reads; {erased}; at N = 10^6 "
+            f"{w.kv_reclaim_relocations_per_s:.3g} KV relocations/s (package). "
+            + ("KV blocks pass 10^6 reads before their pages die: the papers' KV-write lifetimes leave this out"
+               if w.kv_block_reads_max >= 1e6 else "No KV block reached 10^6 reads in the window"))

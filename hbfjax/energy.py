@@ -10,7 +10,9 @@ requests it served) times an energy per unit:
 * HBM: bytes read from HBM (weights and KV), and the decode KV a writeback reads back out of HBM;
 * HBF reads: weight and KV bytes read from the arrays (Direct, Relay and the other reads);
 * HBF programs: KV programmed (direct prefill writes, writebacks, retention) and GC's migrations
-  ((WAF − 1) × host bytes, each read and programmed again); erases: one per block programmed full;
+  ((WAF − 1) × host bytes, each read and programmed again), and with ``--read-disturb-reads`` the
+  read-disturb rewrites (weight blocks and KV blocks, each read and programmed again: :func:`reclaim_bytes`);
+  erases: one per block programmed full;
 * links (UCIe D2D, DASH §IV-A): one hop per HBF byte to or from the GPU, two for a Relay byte;
 * SRAM: the base-die transfer buffers every HBF byte crosses (written once, read once; DASH §IV-B,
   HBFlex's write buffer), and the HBM-side buffer of a Relay byte;
@@ -40,6 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hbfjax.flash.erase.endurance import SECONDS_PER_YEAR
+from hbfjax.hardware import PAGES_PER_BLOCK
 from hbfjax.validate import ConfigError, require
 
 # Board power by GPU preset (W): with the dense BF16 peak, the default energy per FLOP (TDP / peak).
@@ -52,7 +55,6 @@ GPU_HBM_STACKS = {"h100-pcie": 5.0, "h100-sxm": 5.0, "h200": 6.0}
 GPU_HBM_STACKS_SOURCES = {"h100-pcie": "NVIDIA H100 PCIe: 80 GB HBM2e in five active stacks",
                           "h100-sxm": "NVIDIA H100 SXM5: 80 GB HBM3 in five active stacks",
                           "h200": "NVIDIA H200: 141 GB HBM3E in six stacks"}
-PAGES_PER_BLOCK = 512  # HBFlex §5.1's geometry (512 pages a block), as the serving block store
 
 
 def _require_finite_non_negative(values, optional: tuple = ()) -> None:
@@ -168,6 +170,7 @@ class Activity:
     gpu_write_bytes: np.ndarray  # KV from the GPU programmed into HBF (one hop)
     hbm_write_bytes: np.ndarray  # KV read out of HBM and programmed into HBF (one hop)
     gc_bytes: np.ndarray  # GC migrations: read and programmed again inside the package
+    reclaim_bytes: np.ndarray  # read-disturb rewrites (weights and KV blocks): read and programmed again inside it
     host_dram_bytes: np.ndarray  # the CPU systems' expert weights read from host DRAM (0 on an organisation)
     pcie_bytes: np.ndarray  # the CPU systems' PCIe traffic
     cpu_flops: np.ndarray  # the CPU systems' FLOPs on the host CPU (not in ``flops``)
@@ -227,23 +230,41 @@ def activity(o, org, model) -> Activity:
         gc = np.where(np.isfinite(waf), waf - 1.0, 0.0) * host
     else:
         gc = np.zeros_like(host)
+    reclaim = reclaim_bytes(o, host)
     all_hbf = org is not None and package_of(org).all_hbf
     from_hbm = (0.0 if all_hbf else 1.0) * (t["writeback_bytes"] + retained)
     finish = np.where(times.valid & np.isfinite(times.finish_s), times.finish_s, -np.inf).max(axis=-1)
     begin = np.where(times.valid, times.arrival_s, np.inf).min(axis=-1)
     return Activity(flops=flops(model, prompt, out, hits) - t["cpu_flops"], hbm_read_bytes=t["hbm_read_bytes"],
                     direct_bytes=t["expert_direct_bytes"] + t["hbf_read_bytes"], relay_bytes=t["expert_relay_bytes"],
-                    gpu_write_bytes=host - from_hbm, hbm_write_bytes=from_hbm, gc_bytes=gc, output_tokens=out.sum(-1),
+                    gpu_write_bytes=host - from_hbm, hbm_write_bytes=from_hbm, gc_bytes=gc, reclaim_bytes=reclaim,
+                    output_tokens=out.sum(-1),
                     requests=(started & (times.tokens_out > 0)).sum(-1).astype(np.float64),
                     span_s=np.maximum(finish - begin, 0.0), busy_s=t["busy_us"] * 1e-6,
                     host_dram_bytes=t["host_dram_bytes"], pcie_bytes=t["pcie_bytes"], cpu_flops=t["cpu_flops"])
 
 
+def reclaim_bytes(o, host_bytes) -> np.ndarray:
+    """float64[S] bytes a run's read-disturb rewrites programmed (issue 26): the weight blocks the reclaim part
+    rewrote and the KV blocks' relocated pages (the blocks part's ``kv_reclaim_waf_added`` × host bytes);
+    0 without ``--read-disturb-reads``."""
+    from hbfjax.serve import report
+
+    parts = o.parts
+    out = np.zeros_like(np.asarray(host_bytes, np.float64))
+    if "reclaim" in parts:
+        out = out + np.asarray(parts["reclaim"].totals.rewrite_bytes, np.float64)
+    if "blocks" in parts and parts["blocks"].final.reads is not None:
+        added = report.part_keys(o, ("blocks",))["kv_reclaim_waf_added"]
+        out = out + np.where(np.isfinite(added), added, 0.0) * host_bytes
+    return out
+
+
 def energy_j(a: Activity, costs: EnergyCosts, pj_per_flop: float, pkg: Package) -> dict:
     """``{where: float64[S] joules}`` of a run's activity (module docstring)."""
     bits = 8.0 * 1e-12  # pJ/bit × bytes → J
-    hbf_read = a.direct_bytes + a.relay_bytes + a.gc_bytes
-    programmed = a.gpu_write_bytes + a.hbm_write_bytes + a.gc_bytes
+    hbf_read = a.direct_bytes + a.relay_bytes + a.gc_bytes + a.reclaim_bytes
+    programmed = a.gpu_write_bytes + a.hbm_write_bytes + a.gc_bytes + a.reclaim_bytes
     block_bytes = PAGES_PER_BLOCK * pkg.page_bytes
     return {
         "gpu_compute": a.flops * pj_per_flop * 1e-12,

@@ -201,6 +201,9 @@ def _dash() -> SystemSpec:
 
 
 PRESETS = {"hbflex": _hbflex, "dash": _dash}
+# pages of one erase block, HBFlex §3 and §6.1 (DASH assumes the same): the serving block store, read reclaim
+# and the energy of erases use it
+PAGES_PER_BLOCK = _hbflex().hbf.pages_per_block
 
 
 def preset(name: str) -> SystemSpec:

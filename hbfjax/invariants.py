@@ -38,7 +38,10 @@ NULLABLE = frozenset({"exact_mean_backlog_pages", "exact_p_backlog_positive", "t
                      # serving (hbfjax.serve.report): not measured by a run that wrote no page, read no HBF KV,
                      # or admitted no prompt token
                      | {f"{p}{k}" for p in ("", "ci95_") for k in ("waf", "read_wave_amplification",
-                                                                    "prefix_hit_tokens_fraction")}
+                                                                    "prefix_hit_tokens_fraction",
+                                                                    # a run whose GC erased no KV block / wrote none
+                                                                    "kv_block_reads_mean_at_erase",
+                                                                    "kv_reclaim_waf_added")}
                      # a closed loop whose KV room did not turn over in every stream, or has none (CPU systems)
                      | {"kv_room_turnover_s"}
                      | NO_DECODE

@@ -37,10 +37,10 @@ import numpy as np
 
 from hbfjax.flash.disturb.reclaim import renewal_rates
 from hbfjax.flash.erase.endurance import SECONDS_PER_YEAR
+from hbfjax.hardware import PAGES_PER_BLOCK
 from hbfjax.memory.organisations import DENSE_WEIGHTS, EXPERT_WEIGHTS, HBF
 from hbfjax.validate import require
 
-PAGES_PER_BLOCK = 512  # HBFlex §5.1's geometry, as the serving block store and hbfjax.energy
 
 
 @dataclass(frozen=True)

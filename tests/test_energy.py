@@ -16,7 +16,7 @@ def _activity(**changes) -> energy.Activity:
     """One stream of round numbers: 1 GB of each byte kind, 1 PFLOP, 1,000 tokens of 10 requests over 10 s."""
     one = np.array([1e9])
     base = dict(flops=np.array([1e15]), hbm_read_bytes=one, direct_bytes=one, relay_bytes=one, gpu_write_bytes=one,
-                hbm_write_bytes=one, gc_bytes=one, output_tokens=np.array([1000.0]), requests=np.array([10.0]),
+                hbm_write_bytes=one, gc_bytes=one, reclaim_bytes=np.array([0.0]), output_tokens=np.array([1000.0]), requests=np.array([10.0]),
                 span_s=np.array([10.0]), busy_s=np.array([8.0]), host_dram_bytes=one, pcie_bytes=one,
                 cpu_flops=np.array([1e14]))
     return energy.Activity(**{**base, **{k: np.array([v], np.float64) for k, v in changes.items()}})
@@ -41,6 +41,10 @@ def test_energy_of_round_activity_by_hand():
     assert e["static"] == pytest.approx(30.0)
     assert e["host_dram"] == pytest.approx(20.0 * gbit) and e["pcie"] == pytest.approx(6.0 * gbit)
     assert e["cpu_compute"] == pytest.approx(1e14 * 10e-12)  # 1,000 J
+    # 2 GB of read-disturb rewrites (issue 26) are read, programmed and erased again inside the package
+    r = {k: float(v[0]) for k, v in energy.energy_j(_activity(reclaim_bytes=2e9), costs, 0.5, PKG).items()}
+    assert r["hbf_read"] == pytest.approx(5 * 10.0 * gbit) and r["hbf_program"] == pytest.approx(5 * 200.0 * gbit)
+    assert r["hbf_erase"] == pytest.approx(5e9 / (512 * 4096) * 100e-6) and r["links"] == e["links"]
 
 
 def test_energy_is_linear_in_each_cost():

@@ -78,6 +78,10 @@ def test_serve_reports_reclaim_from_its_own_reads(capsys):
     assert not any("reclaim" in k for k in plain)  # off by default: today's keys only
     d = _json(capsys, base + ["--read-disturb-reads", "1e4"])
     assert d["reclaim_model"]["threshold_reads"]["value"] == 1e4
+    timing = d["reclaim_timing"]  # the header states the timed part's choices and where they come from
+    assert timing["threshold_reads"]["value"] == 1e4 and timing["in_windows"]["value"] == 1.0
+    assert "assumed" in timing["relocation_frontier"] and "DASH" in timing["kv_blocks"]
+    assert not any(k.startswith("kv_block") for k in d)  # DASH's KV blocks are not counted
     assert d["reclaim_relocations_per_s"] == pytest.approx(d["weight_page_reads_per_s"] / 1e4, rel=1e-9)
     # the engine times the same rewrites (parts.reclaim): a stall, so fewer tokens a second than without
     assert "parts.reclaim" in d["reclaim_note"] and d["reclaim_stall_s"] > 0

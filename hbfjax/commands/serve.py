@@ -595,6 +595,10 @@ def plan(args, timeline_ok: bool = False) -> tuple[dict, list]:
         from hbfjax import read_reclaim
 
         header["reclaim_model"] = read_reclaim.describe(reclaim)
+    if sc.reclaim is not None:
+        from hbfjax.serve.parts import reclaim as reclaim_part
+
+        header["reclaim_timing"] = reclaim_part.describe(sc.reclaim)
     return header, [_with_energy(f, costs, cost, pj_per_flop, reclaim, header["gpu"])
                     for f in systems.families(args.system, sc)]
 

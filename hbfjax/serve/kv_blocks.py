@@ -250,14 +250,25 @@ def invalidate(state: KvBlocks, evicted: jax.Array, config: KvBlocksConfig) -> K
                           invalidated_pages=state.invalidated_pages + gone)
 
 
+def page_sessions(state: KvBlocks, config: KvBlocksConfig) -> jax.Array:
+    """int32[n_blocks, pages_per_block] the session of each physical page's owner tag (clipped: read with
+    :func:`live_pages`)."""
+    return jnp.clip(state.blocks.owner & ((1 << config.tag_bits) - 1), 0, config.sessions - 1)
+
+
+def live_pages(state: KvBlocks, config: KvBlocksConfig) -> jax.Array:
+    """bool[n_blocks, pages_per_block]: the page holds KV of its session's current generation (not stale,
+    lazy invalidations applied)."""
+    owner = state.blocks.owner
+    return (owner >= 0) & ((owner >> config.tag_bits) == state.generation[page_sessions(state, config)])
+
+
 def settle(state: KvBlocks, config: KvBlocksConfig) -> KvBlocks:
     """Apply the lazy invalidations to the pages: dead-generation tags → −1, valid counts recounted.
 
     O(n_blocks × pages_per_block) gathers from the R-entry generation table.
     """
-    st, bits = state.blocks, config.tag_bits
-    sess = jnp.clip(st.owner & ((1 << bits) - 1), 0, config.sessions - 1)
-    alive = (st.owner >= 0) & ((st.owner >> bits) == state.generation[sess])
+    st, alive = state.blocks, live_pages(state, config)
     return state._replace(blocks=dataclasses.replace(st, owner=jnp.where(alive, st.owner, -1),
                                                      valid=alive.sum(axis=1, dtype=jnp.int32)))
 

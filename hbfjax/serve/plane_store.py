@@ -31,6 +31,10 @@ GC runs on a plane once its used pages pass the trigger, so until the room has f
 the writes alone. WAF is the sampled planes' (host + GC programs) / host programs; a page on the sampled
 planes stands for (pages the package was sent) / (pages the sampled planes were sent) of the package's
 (:func:`package_scale`: N / P on average for random placement and fixed planes).
+
+Read disturb (issue 26; ``init(count_reads=True)``): each sampled block counts the page reads of its live
+pages (:func:`add_reads`, ``hbfjax.flash.disturb.counters``), reset when GC erases it, so the store tells
+whether a KV block takes N reads before its pages die.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ import jax.numpy as jnp
 from hbfjax import rng
 from hbfjax.clock import Clock
 from hbfjax.salts import Salt
+from hbfjax.flash.disturb import counters
 from hbfjax.flash.erase import gc
 from hbfjax.serve import kv_blocks
 from hbfjax.validate import require, require_int
@@ -117,17 +122,19 @@ class PlaneStore(NamedTuple):
     calls: jax.Array  # int32[] write calls so far (a word of the placement draws)
     pilot: jax.Array  # int32[P] the session whose plane group sampled plane j lies in; -1: the package's plane j
     placed: jax.Array  # int32[] pages sent to the sampled planes so far (programmed or waiting)
+    reads: counters.BlockReads | None = None  # [P, blocks] read-disturb counters (None: reads not counted)
 
 
-def init(config: PlaneStoreConfig, pilot: jax.Array | None = None) -> PlaneStore:
+def init(config: PlaneStoreConfig, pilot: jax.Array | None = None, count_reads: bool = False) -> PlaneStore:
     """Erased planes, no session written; ``pilot`` int32[P] (default all -1: the package's planes 0 … P-1;
-    module docstring)."""
+    module docstring); ``count_reads``: each block keeps a read-disturb counter (:func:`add_reads`)."""
     p, r = config.planes, config.sessions
     one = kv_blocks.init(config.plane)
     pilot = jnp.full(p, -1, jnp.int32) if pilot is None else jnp.asarray(pilot, jnp.int32).reshape(p)
     return PlaneStore(planes=jax.tree.map(lambda x: jnp.broadcast_to(x, (p,) + x.shape), one),
                       pending_bytes=jnp.zeros(r, jnp.float32), pages_written=jnp.zeros(r, jnp.int32), calls=jnp.int32(0),
-                      pilot=pilot, placed=jnp.int32(0))
+                      pilot=pilot, placed=jnp.int32(0),
+                      reads=counters.init((p, config.blocks_per_plane)) if count_reads else None)
 
 
 def pilots(words: tuple, session: jax.Array, valid: jax.Array, planes: int) -> jax.Array:
@@ -220,6 +227,22 @@ def invalidate(state: PlaneStore, evicted: jax.Array, config: PlaneStoreConfig) 
     return state._replace(planes=planes, pending_bytes=jnp.where(evicted, 0.0, state.pending_bytes))
 
 
+def add_reads(state: PlaneStore, reads_per_page: jax.Array, threshold_reads, config: PlaneStoreConfig) -> PlaneStore:
+    """Every live page of session s is read ``reads_per_page[s]`` times (f32[R]): each block's read-disturb
+    counter takes the reads of its live pages (``flash.disturb.counters``; stale pages are not read).
+    A store made without ``count_reads`` is returned as it is."""
+    if state.reads is None:
+        return state
+
+    def per_plane(plane):
+        live = kv_blocks.live_pages(plane, config.plane)
+        reads = jnp.where(live, reads_per_page[kv_blocks.page_sessions(plane, config.plane)], 0.0)
+        return reads.sum(axis=1), live.sum(axis=1)
+
+    block_reads, live = jax.vmap(per_plane)(state.planes)
+    return state._replace(reads=counters.add_reads(state.reads, block_reads, live, threshold_reads))
+
+
 def gc_due(state: PlaneStore, knobs: PlaneStoreKnobs, config: PlaneStoreConfig) -> jax.Array:
     """bool[]: a sampled plane's used pages exceed the GC trigger (the very test ``kv_blocks.collect``
     makes, ``gc.gc_target_pages``, so a plane it would collect is never skipped)."""
@@ -244,8 +267,11 @@ def collect(words: tuple, state: PlaneStore, knobs: PlaneStoreKnobs, config: Pla
             st.planes, index)
         return st._replace(planes=planes), jnp.bool_(True), moved.sum()
 
+    before = state.planes.blocks.erases
     state, _, moved = jax.lax.while_loop(lambda c: ~c[1] & gc_due(c[0], knobs, config), reclaim,
                                          (state, jnp.bool_(False), jnp.int32(0)))
+    if state.reads is not None:  # an erased block's read counter starts again
+        state = state._replace(reads=counters.erase(state.reads, state.planes.blocks.erases > before))
     return state, moved
 
 

@@ -15,8 +15,19 @@ planes') are read over the
 HBF read cut and programmed at the program bandwidth, exposed in the next iteration
 (``Chunk.exposed_us``: not overlapped with compute).
 
+**Read disturb** (issue 26, when ``ServeKnobs.reclaim`` is given: ``--read-disturb-reads N``): every pass
+that reads a slot's HBF KV (a decode token or a prefill chunk: the attention reads every page of the context)
+reads each live page of its session once; at each chunk the sampled blocks' counters take those reads
+(``plane_store.add_reads``: on the pages as they lie at the chunk's end, so a page written in the chunk
+counts its whole chunk's reads, an over-count of at most one chunk), GC's erases reset them, and a counter
+passing N relocates its block: the block's live pages are copied (timed and exposed as GC's migrations;
+the store keeps them where they are, so GC's own victims and WAF are those of the run without). Reported:
+``kv_block_reads_max``, ``kv_block_reads_mean_at_erase``, ``kv_reclaim_relocations_per_s`` and
+``kv_reclaim_waf_added`` (the relocations' page copies per host-written page).
+
 Knobs read: ``policy.balanced``, ``policy.group_size``, ``policy.lifetime_aware``, ``policy.gc_trigger``,
-``label_interval_us``, the room (``RunView``), ``org`` (planes, program bandwidth, read cut).
+``label_interval_us``, the room (``RunView``), ``org`` (planes, program bandwidth, read cut),
+``reclaim.threshold_reads``.
 """
 
 from __future__ import annotations
@@ -66,6 +77,8 @@ class BlocksState(NamedTuple):
     new_bytes: jax.Array  # float32[R] KV bytes each session put in HBF since the last chunk
     root_start: Clock  # Clock[R] each session root's arrival, the lifetime label's time (a closed loop
     #   records it as the root is admitted: its arrival is issued by the loop, not known ahead)
+    session_reads: jax.Array | None = None  # float32[R] passes that read each session's HBF KV since the last
+    #   chunk (None: reads not counted, no ReclaimKnobs)
 
 
 def store_knobs(knobs, room_tokens, model, sc: plane_store.PlaneStoreConfig) -> plane_store.PlaneStoreKnobs:
@@ -108,6 +121,13 @@ def _add_bytes(per_session, session, tokens, per_token: float):
     return per_session.at[session].add(jnp.asarray(tokens * per_token, jnp.float32))
 
 
+def reading_slots(view, reads) -> jax.Array:
+    """float32[B] 1 for each slot whose pass reads its HBF KV (a decode token or a prefill chunk: the
+    attention reads every page of the context, ``parts.reads.read_pages_per_layer``), else 0."""
+    reading = (view.batch.decode_mask | view.batch.chunk_mask) & (reads.hbf_tokens > 0) & (view.request >= 0)
+    return reading.astype(jnp.float32)
+
+
 def part(knobs, config, run: RunView) -> Part:
     org, model, reqs = knobs.org, config.model, run.requests
     sessions = config.requests.requests
@@ -119,10 +139,13 @@ def part(knobs, config, run: RunView) -> Part:
     per_gb_s = (1.0 / jnp.maximum(org.hbf_stacks * org.hbf_write_gbps, 1e-9)
                 + 1.0 / jnp.maximum(delivery.read_cuts(org).hbf_gbps, 1e-9))
 
+    counting = knobs.reclaim is not None  # read disturb asked for: KV blocks count their reads too
+
     def init():
         pilot = plane_store.pilots(run.words, reqs.session, reqs.valid, sc.planes)
-        return BlocksState(blocks=plane_store.init(sc, pilot), new_bytes=jnp.zeros(sessions, jnp.float32),
-                           root_start=reqs.root_start)
+        return BlocksState(blocks=plane_store.init(sc, pilot, count_reads=counting),
+                           new_bytes=jnp.zeros(sessions, jnp.float32), root_start=reqs.root_start,
+                           session_reads=jnp.zeros(sessions, jnp.float32) if counting else None)
 
     def admit(s: BlocksState, view, record):
         session = reqs.session[jnp.maximum(view.finished_request, 0)]
@@ -138,15 +161,26 @@ def part(knobs, config, run: RunView) -> Part:
 
     def writes(s: BlocksState, view, reads, times, record):
         session = reqs.session[jnp.maximum(view.request, 0)]
-        return s._replace(new_bytes=_add_bytes(s.new_bytes, session, record.hbf_new_tokens, per_token)), record, None
+        s = s._replace(new_bytes=_add_bytes(s.new_bytes, session, record.hbf_new_tokens, per_token))
+        if counting:
+            s = s._replace(session_reads=_add_bytes(s.session_reads, session, reading_slots(view, reads), 1.0))
+        return s, record, None
 
     def every_chunk(s: BlocksState, record):
         store, _ = plane_store.write(run.words, s.blocks, s.new_bytes, s.root_start, sk, sc)
+        relocated_before = store.reads.relocated_pages if counting else None
+        if counting:  # the chunk's reads land on the pages as they lie now (the chunk's writes included)
+            store = plane_store.add_reads(store, s.session_reads, knobs.reclaim.threshold_reads, sc)
         store = plane_store.invalidate(store, record.evicted, sc)
         store, moved = plane_store.collect(run.words, store, sk, sc)
+        moved = moved.astype(jnp.float32)
+        if counting:  # a relocation copies the block's live pages, timed as GC's migrations
+            moved = moved + store.reads.relocated_pages - relocated_before
         gc_us = package_bytes(moved, store, sk, sc) * 1e-3 * per_gb_s
-        return (s._replace(blocks=store, new_bytes=jnp.zeros_like(s.new_bytes)),
-                record._replace(exposed_us=record.exposed_us + gc_us))
+        s = s._replace(blocks=store, new_bytes=jnp.zeros_like(s.new_bytes))
+        if counting:
+            s = s._replace(session_reads=jnp.zeros_like(s.session_reads))
+        return s, record._replace(exposed_us=record.exposed_us + gc_us)
 
     return Part(init=init, admit=admit, writes=writes, every_chunk=every_chunk,
                 finish=lambda s: (s.blocks, plane_store.overflow(s.blocks)))
@@ -167,4 +201,22 @@ def report(own, out) -> dict:
     return {"waf": waf, "host_writes": host, "block_erases": np.asarray(plane_store.erases(b), np.float64),
             "stalled_plane_writes": np.asarray(plane_store.stalled_writes(b), np.float64),
             "capped_plane_writes": np.asarray(plane_store.capped_writes(b), np.float64),
-            "gc_ms_per_iteration": np.asarray(out.totals.chunk_stall_us, np.float64) * 1e-3 / iterations}
+            "gc_ms_per_iteration": np.asarray(out.totals.chunk_stall_us, np.float64) * 1e-3 / iterations,
+            **(read_disturb_report(b, host, out) if b.reads is not None else {})}
+
+
+def read_disturb_report(b: plane_store.PlaneStore, host_pages, out) -> dict:
+    """Host ``{key: float64[S]}``: the KV blocks' read-disturb counters (module docstring) — the most page reads
+    a block took, the mean at GC's erase, the relocations the threshold implies per busy second of the package
+    (the sampled planes' times ``package_scale``) and the programs they add per host-written page (a WAF term)."""
+    r = {k: np.asarray(v, np.float64) for k, v in b.reads._asdict().items() if k != "count"}
+    placed = np.asarray(b.placed, np.float64)
+    scale = np.where(placed > 0, np.asarray(b.pages_written, np.float64).sum(axis=-1) / np.maximum(placed, 1.0), 0.0)
+    busy_s = np.maximum(np.asarray(out.totals.busy_us, np.float64) * 1e-6, 1e-30)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return {"kv_block_reads_max": r["max_reads"],
+                "kv_block_reads_mean_at_erase": np.where(r["erased_blocks"] > 0,
+                                                         r["reads_at_erase"] / r["erased_blocks"], np.nan),
+                "kv_block_page_reads_per_s": r["page_reads"] * scale / busy_s,
+                "kv_reclaim_relocations_per_s": r["relocations"] * scale / busy_s,
+                "kv_reclaim_waf_added": np.where(host_pages > 0, r["relocated_pages"] / host_pages, np.nan)}

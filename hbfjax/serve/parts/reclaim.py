@@ -42,9 +42,11 @@ goes), in full-width rounds of tPROG no faster than the program bandwidth. Rewri
 
 A forced rewrite of p pages over b = ceil(p / P) blocks stalls the pass ``ceil(b / planes) × P × tR +
 max(ceil(p / planes) × tPROG, p × page / write_gbps)`` (read, then program: no pipelining, an upper
-bound; ``reclaim_stall_s``). KV blocks'
-reads are not counted (their pages die with their sessions, mostly before N reads). The relocation's
-erases and programs are not added to the blocks part's GC or to the energy of programs.
+bound; ``reclaim_stall_s``). KV blocks' reads are
+counted by the blocks part on its sampled planes (HBFlex's organisations: ``parts.blocks``, read disturb).
+The rewritten bytes are read, programmed and erased again in the run's energy (``hbfjax.energy``'s
+``reclaim_bytes``); the weight blocks' erases are not added to the blocks part's GC (a separate region:
+their wear is in ``hbfjax.read_reclaim``'s lifetimes).
 
 Knobs read: ``reclaim`` (:class:`ReclaimKnobs`: all traced, one compilation for a sweep), the
 organisation (planes, page, tR, tPROG, program bandwidth, placement), the policy's prefetch.
@@ -63,7 +65,8 @@ import numpy as np
 from hbfjax import rng
 from hbfjax.memory import hbf_packages
 from hbfjax.memory.organisations import DENSE_WEIGHTS, EXPERT_WEIGHTS, HBF
-from hbfjax.flash.disturb.reclaim import DisturbSalt
+from hbfjax.flash.disturb.reclaim import SECONDS_PER_HOUR, DisturbSalt
+from hbfjax.hardware import PAGES_PER_BLOCK
 from hbfjax.salts import Salt
 from hbfjax.serve import hbf_writes
 from hbfjax.serve.layer_time import expert_bytes
@@ -71,7 +74,7 @@ from hbfjax.serve.part import Part
 from hbfjax.serve.pass_routing import moe_layer_indices, pass_routing
 from hbfjax.validate import ConfigError, require, require_int, require_real
 
-US_PER_HOUR = 3.6e9
+US_PER_HOUR = SECONDS_PER_HOUR * 1e6
 
 
 @unique
@@ -87,7 +90,6 @@ class ReclaimSalt(IntEnum):
 
 if {int(s) for s in ReclaimSalt} & ({int(s) for s in Salt} | {int(s) for s in DisturbSalt}):  # pragma: no cover
     raise ImportError("ReclaimSalt: a value collides with hbfjax.salts.Salt or DisturbSalt")
-PAGES_PER_BLOCK = 512  # HBFlex §5.1's geometry (hbfjax.read_reclaim, the blocks part)
 
 
 @jax.tree_util.register_dataclass
@@ -263,6 +265,20 @@ def part(knobs, config, run) -> Part:
 
     return Part(init=lambda: init_state(run.words, model, model.routed_experts), writes=writes, finish=finish,
                 totals=ReclaimTotals)
+
+
+FRONTIER = ("assumed: a relocated block's pages are read on its own plane (P x tR) and programmed through a "
+            "frontier striped over every plane (neither paper states where relocated data goes)")
+KV_BLOCKS = ("KV blocks count their reads on the blocks part's sampled planes (HBFlex's organisations; "
+             "kv_block_reads_*, kv_reclaim_*); DASH's HBF KV blocks are not counted")
+
+
+def describe(knobs: ReclaimKnobs) -> dict:
+    """The run header's account of the timed reclaim: each knob's value and source, the assumed relocation
+    frontier and which KV blocks are counted."""
+    out = {name: {"value": float(np.asarray(getattr(knobs, name)).reshape(-1)[0]), "source": source}
+           for name, source in ReclaimKnobs.SOURCES.items()}
+    return {**out, "relocation_frontier": FRONTIER, "kv_blocks": KV_BLOCKS}
 
 
 def report(own, out) -> dict:
