@@ -248,16 +248,21 @@ def reclaim_bytes(o, host_bytes) -> np.ndarray:
     """float64[S] bytes a run's read-disturb rewrites programmed (issue 26): the weight blocks the reclaim part
     rewrote and the KV blocks' relocated pages (the blocks part's ``kv_reclaim_waf_added`` × host bytes);
     0 without ``--read-disturb-reads``."""
+    parts = o.parts
+    weights = np.asarray(parts["reclaim"].totals.rewrite_bytes, np.float64) if "reclaim" in parts else 0.0
+    return weights + kv_reclaim_bytes(o, host_bytes)
+
+
+def kv_reclaim_bytes(o, host_bytes) -> np.ndarray:
+    """float64[S] the KV blocks' read-disturb copies (the blocks part's ``kv_reclaim_waf_added`` × the host bytes
+    ``host_bytes``); 0 where the blocks part counts no reads."""
     from hbfjax.serve import report
 
-    parts = o.parts
-    out = np.zeros_like(np.asarray(host_bytes, np.float64))
-    if "reclaim" in parts:
-        out = out + np.asarray(parts["reclaim"].totals.rewrite_bytes, np.float64)
-    if "blocks" in parts and parts["blocks"].final.reads is not None:
-        added = report.part_keys(o, ("blocks",))["kv_reclaim_waf_added"]
-        out = out + np.where(np.isfinite(added), added, 0.0) * host_bytes
-    return out
+    host = np.asarray(host_bytes, np.float64)
+    if "blocks" not in o.parts or o.parts["blocks"].final.reads is None:
+        return np.zeros_like(host)
+    added = report.part_keys(o, ("blocks",))["kv_reclaim_waf_added"]
+    return np.where(np.isfinite(added), added, 0.0) * host
 
 
 def energy_j(a: Activity, costs: EnergyCosts, pj_per_flop: float, pkg: Package) -> dict:

@@ -25,7 +25,9 @@ rate; the serving engine times the same rewrites in its own loop with the ``recl
 routing draw), which the CLI runs beside this estimate.
 
 Lifetimes spread wear over every block of the package (global wear levelling): P/E × blocks / erases per
-second, for the KV programs (host + GC, the run's measured bytes) and for reclaim, and for both together.
+second, for the KV programs (host + GC, the run's measured bytes; and each alone), for reclaim (this
+estimate's weight rewrites plus the KV blocks' relocations the run measured, ``parts.blocks``), and for
+all of them together.
 These differ from ``hbf_lifetime_years`` (DASH §VI-H's, over the KV room only). Host NumPy, per stream.
 """
 
@@ -79,10 +81,14 @@ def read_rates(totals: dict, org, model) -> tuple[np.ndarray, np.ndarray, np.nda
     return dense / page / busy_s, expert / page / busy_s, busy_s
 
 
-def estimate(dense_reads, expert_reads, kv_program_bps, busy_s, org, model, m: ReclaimModel) -> dict:
+def estimate(dense_reads, expert_reads, kv_program_bps, busy_s, org, model, m: ReclaimModel, gc_program_bps=0.0,
+             kv_reclaim_bps=0.0) -> dict:
     """Host ``{key: float64[...]}``: the rewrites that weight page reads of ``dense_reads`` and ``expert_reads``
-    per second imply (each class's blocks at its mean rate), beside KV programs of ``kv_program_bps`` B/s,
-    over ``busy_s`` seconds, on the package of ``org`` (module docstring)."""
+    per second imply (each class's blocks at its mean rate), beside KV programs of ``kv_program_bps`` B/s
+    (host + GC, of which ``gc_program_bps`` GC's migrations) and the run's measured KV relocations
+    (``kv_reclaim_bps``: the blocks part's read-disturb copies, 0 where none), over ``busy_s`` seconds, on the
+    package of ``org`` (module docstring). The lifetimes split the wear: KV host writes, GC, read reclaim (the
+    weights' estimate and the KV copies), and all of it; 1 / combined = Σ 1 / each."""
     page = float(org.page_bytes)
     block = m.pages_per_block * page
     place = np.asarray(org.place, np.float64)
@@ -101,6 +107,8 @@ def estimate(dense_reads, expert_reads, kv_program_bps, busy_s, org, model, m: R
     program_bps = float(org.hbf_stacks) * min(float(org.parallel_units) * page / (float(org.t_prog_us) * 1e-6),
                                               float(org.hbf_write_gbps) * 1e9)
     kv_bps = np.asarray(kv_program_bps, np.float64)
+    gc_bps = np.asarray(gc_program_bps, np.float64)
+    kv_reclaim = np.asarray(kv_reclaim_bps, np.float64)
     device_bytes = float(org.hbf_stacks) * float(org.hbf_capacity_bytes)
     life = lambda bps: np.where(bps > 0, m.pe_cycles * device_bytes / np.where(bps > 0, bps, 1.0), np.inf) \
         / SECONDS_PER_YEAR  # noqa: E731
@@ -110,32 +118,38 @@ def estimate(dense_reads, expert_reads, kv_program_bps, busy_s, org, model, m: R
             "reclaim_over_kv_programs": np.where(kv_bps > 0, rewrite_bps / np.where(kv_bps > 0, kv_bps, 1.0), np.inf),
             "dense_page_reads_per_s": dense_reads, "expert_page_reads_per_s": expert_reads,
             "weight_page_reads_per_s": dense_reads + expert_reads, "kv_program_gbps": kv_bps / 1e9,
-            "lifetime_years_kv_writes": life(kv_bps), "lifetime_years_read_reclaim": life(rewrite_bps),
-            "lifetime_years_combined": life(kv_bps + rewrite_bps)}
+            "kv_reclaim_program_gbps": kv_reclaim / 1e9,
+            "lifetime_years_kv_writes": life(kv_bps), "lifetime_years_kv_host_writes": life(kv_bps - gc_bps),
+            "lifetime_years_gc": life(gc_bps), "lifetime_years_read_reclaim": life(rewrite_bps + kv_reclaim),
+            "lifetime_years_combined": life(kv_bps + rewrite_bps + kv_reclaim)}
 
 
-def per_stream(totals: dict, org, model, kv_programmed_bytes, m: ReclaimModel) -> dict:
+def per_stream(totals: dict, org, model, kv_programmed_bytes, m: ReclaimModel, gc_bytes=0.0,
+               kv_reclaim_bytes=0.0) -> dict:
     """Host ``{key: float64[S]}`` of one system's run: ``totals`` the engine's per-stream totals
-    (:func:`read_rates`), ``kv_programmed_bytes`` the KV it programmed (host + GC, float64[S])."""
+    (:func:`read_rates`), ``kv_programmed_bytes`` the KV it programmed (host + GC, float64[S]), ``gc_bytes``
+    GC's share of it, ``kv_reclaim_bytes`` the KV blocks' read-disturb copies."""
     dense, expert, busy_s = read_rates(totals, org, model)
-    kv_bps = np.asarray(kv_programmed_bytes, np.float64) / busy_s
-    return estimate(dense, expert, kv_bps, busy_s, org, model, m)
+    rate = lambda b: np.asarray(b, np.float64) / busy_s  # noqa: E731
+    return estimate(dense, expert, rate(kv_programmed_bytes), busy_s, org, model, m, rate(gc_bytes),
+                    rate(kv_reclaim_bytes))
 
 
 KEYS = ("reclaim_program_gb", "reclaim_program_share", "lifetime_years_combined")
-NOTE = ("reclaim_program_*, reclaim_relocations/refreshes and lifetime_years_*: renewal estimate from the run's "
-        "weight reads (hbfjax.read_reclaim); reclaim_stall_s and reclaim_timed_*: the same rewrites timed in the "
+NOTE = ("reclaim_program_*, reclaim_relocations/refreshes: renewal estimate from the run's weight reads "
+        "(hbfjax.read_reclaim); lifetime_years_*: that estimate with the run's KV host writes, GC and KV-block "
+        "relocations (kv_reclaim_program_gbps, HBFlex's organisations); reclaim_stall_s and reclaim_timed_*: the same rewrites timed in the "
         "serving loop (hbfjax.serve.parts.reclaim: each pass's routing draw, windows or critical path); lifetimes "
         "over every block of the package (global wear levelling), unlike hbf_lifetime_years (DASH §VI-H, over the "
         "KV room)")
 
 
-def report(totals: dict, org, model, kv_programmed_bytes, m: ReclaimModel) -> dict:
+def report(totals: dict, org, model, kv_programmed_bytes, m: ReclaimModel, gc_bytes=0.0, kv_reclaim_bytes=0.0) -> dict:
     """One system's reclaim keys (means and ``ci95_`` half-widths; an unbounded lifetime is left out, named in
-    ``reclaim_note``)."""
+    ``reclaim_note``); arguments as :func:`per_stream`'s."""
     from hbfjax.serve.report import measured_mean_ci
 
-    measured = measured_mean_ci(per_stream(totals, org, model, kv_programmed_bytes, m))
+    measured = measured_mean_ci(per_stream(totals, org, model, kv_programmed_bytes, m, gc_bytes, kv_reclaim_bytes))
     out = {k: v for k, v in measured.items() if v is not None}
     unbounded = sorted(k for k, v in measured.items() if v is None and not k.startswith("ci95_"))
     out["reclaim_note"] = NOTE + (f"; unbounded (nothing of that kind written): {', '.join(unbounded)}"

@@ -42,6 +42,27 @@ def test_dash_expert_blocks_by_hand():
     assert out["lifetime_years_combined"][0] == pytest.approx(combined)  # erase rates add
 
 
+def test_lifetimes_split_the_wear_into_host_writes_gc_and_reclaim():
+    # 5e9 B of KV over 10 s, of them 1e9 GC's; 2e9 B of KV-block copies; erase rates add, so 1 / combined is the
+    # sum of 1 / host, 1 / GC and 1 / reclaim (the weights' estimate with the KV copies)
+    org, model = orgs.organisation("dash"), models.preset("qwen3-235b-a22b")
+    m = read_reclaim.ReclaimModel(threshold_reads=1e6)
+    out = read_reclaim.per_stream(_totals(1e12, 100, 10.0), org, model, np.array([5e9]), m, np.array([1e9]),
+                                  np.array([2e9]))
+    weights_only = read_reclaim.per_stream(_totals(1e12, 100, 10.0), org, model, np.array([5e9]), m)
+    device = float(org.hbf_stacks) * float(org.hbf_capacity_bytes)
+    life = lambda bps: 1e5 * device / bps / SECONDS_PER_YEAR  # noqa: E731
+    assert out["lifetime_years_kv_host_writes"][0] == pytest.approx(life(4e8))
+    assert out["lifetime_years_gc"][0] == pytest.approx(life(1e8))
+    assert out["kv_reclaim_program_gbps"][0] == pytest.approx(0.2)
+    rewrite_bps = weights_only["reclaim_program_gbps"][0] * 1e9
+    assert out["lifetime_years_read_reclaim"][0] == pytest.approx(life(rewrite_bps + 2e8))
+    inverse = sum(1.0 / out[k][0] for k in ("lifetime_years_kv_host_writes", "lifetime_years_gc",
+                                            "lifetime_years_read_reclaim"))
+    assert out["lifetime_years_combined"][0] == pytest.approx(1.0 / inverse)
+    assert weights_only["lifetime_years_kv_writes"][0] == out["lifetime_years_kv_writes"][0]  # host + GC, as before
+
+
 def test_hbflex_dense_blocks_are_read_whole_every_pass():
     # HBFlex holds every weight in HBF: a dense block is read 512 times a pass; at 10 passes/s and
     # N = 1e5 each dense block relocates every 1e5 / 5,120 s

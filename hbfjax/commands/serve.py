@@ -655,7 +655,8 @@ def _with_energy(family, costs, cost, pj_per_flop, reclaim=None, gpu: str = "h10
             a = energy.activity(o, org, model)
             totals = {key: np.asarray(v, np.float64) for key, v in o.totals._asdict().items()}
             out.update(read_reclaim.report(totals, org, model, a.gpu_write_bytes + a.hbm_write_bytes + a.gc_bytes,
-                                           reclaim))
+                                           reclaim, a.gc_bytes, energy.kv_reclaim_bytes(o, a.gpu_write_bytes
+                                                                                        + a.hbm_write_bytes)))
         return out
     return family._replace(report=report, with_points=lambda *a, **kw: _with_energy(family.with_points(*a, **kw),
                                                                                      costs, cost, pj_per_flop, reclaim,
