@@ -378,7 +378,20 @@ BORDERLINE = [  # (base, flag, value, None: a result | text of the one-line erro
 ]
 
 
-@pytest.mark.parametrize("base,flag,value,says", BORDERLINE, ids=[f"{b[1]}{f}={v}" for b, f, v, _ in BORDERLINE])
+# make test runs the lengths, the batcher's limits, the empty HBM budget and the refusals; the extreme hardware
+# rates, times and page sizes, each a serve run of ≈ 5 s, run in make test-slow (CI's 10 minutes)
+FAST_RESULTS = {"--prompt", "--output", "--chunk-tokens", "--token-budget", "--hbm-kv-budget-gb", "--slots", "--cores",
+                "--cpu-experts"}
+
+
+def _borderline_cases():
+    for base, flag, value, says in BORDERLINE:
+        slow = says is None and flag not in FAST_RESULTS and (flag, value) != ("--rate", "1e-6")
+        yield pytest.param(base, flag, value, says, id=f"{base[1]}{flag}={value}",
+                           marks=[pytest.mark.slow] if slow else [])
+
+
+@pytest.mark.parametrize("base,flag,value,says", list(_borderline_cases()))
 def test_a_borderline_serving_value_is_a_valid_result_or_one_clear_line(capsys, base, flag, value, says):
     rc = main(["serve", *base, flag, value])
     out, err = capsys.readouterr()
