@@ -138,13 +138,15 @@ def per_stream(totals: dict, org, model, kv_programmed_bytes, m: ReclaimModel, g
 KEYS = ("reclaim_program_gb", "reclaim_program_share", "lifetime_years_combined")
 NOTE = ("reclaim_program_*, reclaim_relocations/refreshes: renewal estimate from the run's weight reads "
         "(hbfjax.read_reclaim); lifetime_years_*: that estimate with the run's KV host writes, GC and KV-block "
-        "relocations (kv_reclaim_program_gbps, HBFlex's organisations); reclaim_stall_s and reclaim_timed_*: the same rewrites timed in the "
+        "relocations (kv_reclaim_program_gbps, HBFlex's organisations); reclaim_stall_s and reclaim_timed_*: "
+        "the same rewrites timed in the "
         "serving loop (hbfjax.serve.parts.reclaim: each pass's routing draw, windows or critical path); lifetimes "
         "over every block of the package (global wear levelling), unlike hbf_lifetime_years (DASH §VI-H, over the "
         "KV room)")
 
 
-def report(totals: dict, org, model, kv_programmed_bytes, m: ReclaimModel, gc_bytes=0.0, kv_reclaim_bytes=0.0) -> dict:
+def report(totals: dict, org, model, kv_programmed_bytes, m: ReclaimModel, gc_bytes=0.0,
+           kv_reclaim_bytes=0.0) -> dict:
     """One system's reclaim keys (means and ``ci95_`` half-widths; an unbounded lifetime is left out, named in
     ``reclaim_note``); arguments as :func:`per_stream`'s."""
     from hbfjax.serve.report import measured_mean_ci
