@@ -21,6 +21,7 @@ from hbfjax.flash.disturb import counters
 from hbfjax.serve import kv_blocks, plane_store, systems
 from hbfjax.serve.parts import blocks as blocks_part
 from hbfjax.serve.parts import reclaim
+from hbfjax.serve.parts.blocks import BlocksConfig
 
 STREAMS = 2
 
@@ -43,7 +44,7 @@ def test_each_block_takes_the_reads_of_its_live_pages():
     """Three sessions written to two small planes, read 1, 2 and 3 times a page; session 1 evicted, then read
     again: the counters equal a NumPy count over the owner tags (stale pages are not read)."""
     cfg = plane_store.PlaneStoreConfig(sessions=3, planes=2, blocks_per_plane=16, pages_per_block=4, max_writes=16,
-                                       n_labels=1, gc_rounds=1)
+                                       n_labels=1, gc_rounds=1, read_counter_stride=1)
     knobs = plane_store.PlaneStoreKnobs.make(cfg, room_bytes=2.0 * 16 * 4, package_planes=2, grouped=0.0,
                                              gc_trigger=0.5)
     words = (rng.seed_word(5), jnp.int32(0))
@@ -70,6 +71,11 @@ def test_each_block_takes_the_reads_of_its_live_pages():
     assert float(st2.reads.relocations) == crossed.sum() > 0
     assert float(st2.reads.relocated_pages) == (crossed * live).sum()
     assert float(st2.reads.page_reads) == (want + again).sum()
+    # every second block counted: the same counters on those blocks
+    half = dataclasses.replace(cfg, read_counter_stride=2)
+    fresh = plane_store.init(half, count_reads=True)._replace(planes=st.planes)
+    st_half = plane_store.add_reads(fresh, jnp.asarray(per_page, jnp.float32), 1e9, half)
+    np.testing.assert_array_equal(np.asarray(st_half.reads.count), again[:, ::2])
     # a store made without counters is left as it is
     plain = plane_store.init(cfg)
     assert plane_store.add_reads(plain, jnp.asarray(per_page, jnp.float32), 5.0, cfg) is plain
@@ -79,7 +85,8 @@ _COMPILED = {}
 
 
 def _run(threshold_reads=None, scan_chunk=64):
-    sc = dataclasses.replace(systems.Scenario.fixed_batch(GQA, 4, 48, 12), scan_chunk=scan_chunk)
+    sc = dataclasses.replace(systems.Scenario.fixed_batch(GQA, 4, 48, 12), scan_chunk=scan_chunk,
+                             blocks=BlocksConfig(read_counter_stride=1))  # every block counted: exact by hand
     if threshold_reads is not None:
         sc = dataclasses.replace(sc, reclaim=reclaim.ReclaimKnobs.make(threshold_reads=threshold_reads))
     fam = systems.families(["hbflex"], sc)[0]

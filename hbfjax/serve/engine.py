@@ -255,8 +255,9 @@ def pass_times(words: tuple, batch: timing.Batch, draw, knobs: ServeKnobs, confi
     (``delivery_table``: :func:`delivery_table`, the same times faster; ``kv_hbf_factor``: the HBF KV
     reads' read-wave amplification, ``layer_time.layer_times``)."""
     needed, rows = pass_routing(words, batch, draw, knobs.routing, config)
-    return layer_time.layer_times(batch, needed, rows, kv_hbm_fraction, knobs.gpu, knobs.org, config.timing, table,
-                                  delivery_table, kv_hbf_factor, knobs.delivery_relax_us)
+    times = layer_time.layer_times(batch, needed, rows, kv_hbm_fraction, knobs.gpu, knobs.org, config.timing, table,
+                                   delivery_table, kv_hbf_factor, knobs.delivery_relax_us)
+    return times._replace(needed=needed)  # the reclaim part reads the same draw
 
 
 def delivery_table(knobs: ServeKnobs, config: ServeConfig):

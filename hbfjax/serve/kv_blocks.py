@@ -250,17 +250,21 @@ def invalidate(state: KvBlocks, evicted: jax.Array, config: KvBlocksConfig) -> K
                           invalidated_pages=state.invalidated_pages + gone)
 
 
-def page_sessions(state: KvBlocks, config: KvBlocksConfig) -> jax.Array:
-    """int32[n_blocks, pages_per_block] the session of each physical page's owner tag (clipped: read with
-    :func:`live_pages`)."""
-    return jnp.clip(state.blocks.owner & ((1 << config.tag_bits) - 1), 0, config.sessions - 1)
+def tag_sessions(owner: jax.Array, config: KvBlocksConfig) -> jax.Array:
+    """int32 the session of each owner tag (clipped: read with :func:`live_tags`)."""
+    return jnp.clip(owner & ((1 << config.tag_bits) - 1), 0, config.sessions - 1)
+
+
+def live_tags(owner: jax.Array, session: jax.Array, generation: jax.Array, config: KvBlocksConfig) -> jax.Array:
+    """bool: the page of each owner tag holds KV of its session's current generation (``generation`` int32[R]):
+    not stale, lazy invalidations applied."""
+    return (owner >= 0) & ((owner >> config.tag_bits) == generation[session])
 
 
 def live_pages(state: KvBlocks, config: KvBlocksConfig) -> jax.Array:
-    """bool[n_blocks, pages_per_block]: the page holds KV of its session's current generation (not stale,
-    lazy invalidations applied)."""
+    """bool[n_blocks, pages_per_block]: :func:`live_tags` of every physical page."""
     owner = state.blocks.owner
-    return (owner >= 0) & ((owner >> config.tag_bits) == state.generation[page_sessions(state, config)])
+    return live_tags(owner, tag_sessions(owner, config), state.generation, config)
 
 
 def settle(state: KvBlocks, config: KvBlocksConfig) -> KvBlocks:

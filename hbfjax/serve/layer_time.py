@@ -71,6 +71,7 @@ class LayerTimes(NamedTuple):
     pcie_bytes: jax.Array  # float32[] 0: an organisation has no host path (the CPU systems' field)
     host_dram_bytes: jax.Array  # float32[] 0
     cpu_flops: jax.Array  # float32[] 0
+    needed: jax.Array | None = None  # the pass's routing draw (``pass_routing``'s needed; engine.pass_times sets it)
 
 
 def expert_bytes(model: ModelSpec) -> float:

@@ -32,9 +32,10 @@ the writes alone. WAF is the sampled planes' (host + GC programs) / host program
 planes stands for (pages the package was sent) / (pages the sampled planes were sent) of the package's
 (:func:`package_scale`: N / P on average for random placement and fixed planes).
 
-Read disturb (issue 26; ``init(count_reads=True)``): each sampled block counts the page reads of its live
-pages (:func:`add_reads`, ``hbfjax.flash.disturb.counters``), reset when GC erases it, so the store tells
-whether a KV block takes N reads before its pages die.
+Read disturb (issue 26; ``init(count_reads=True)``): every ``read_counter_stride``-th block of each sampled
+plane (a systematic sample: blocks open in ring order) counts the page reads of its live pages
+(:func:`add_reads`, ``hbfjax.flash.disturb.counters``), reset when GC erases it, so the store tells
+whether a KV block takes N reads before its pages die; totals scale by the stride.
 """
 
 from __future__ import annotations
@@ -69,10 +70,12 @@ class PlaneStoreConfig:
     max_writes: int = 1024  # pages one plane programs per call at most (the rest waits, pending)
     n_labels: int = 8
     gc_rounds: int = 8  # GC rounds of victims_per_gc victims per plane per call
+    read_counter_stride: int = 8  # read-disturb counters on every k-th block of a plane (a systematic sample)
 
     def __post_init__(self):
         c = type(self).__name__
         require_int(c, "planes", self.planes, 1, 4096)
+        require_int(c, "read_counter_stride", self.read_counter_stride, 1, self.blocks_per_plane)
         self.plane  # validates the rest
 
     @property
@@ -134,7 +137,8 @@ def init(config: PlaneStoreConfig, pilot: jax.Array | None = None, count_reads: 
     return PlaneStore(planes=jax.tree.map(lambda x: jnp.broadcast_to(x, (p,) + x.shape), one),
                       pending_bytes=jnp.zeros(r, jnp.float32), pages_written=jnp.zeros(r, jnp.int32), calls=jnp.int32(0),
                       pilot=pilot, placed=jnp.int32(0),
-                      reads=counters.init((p, config.blocks_per_plane)) if count_reads else None)
+                      reads=counters.init((p, len(range(0, config.blocks_per_plane, config.read_counter_stride))))
+                      if count_reads else None)
 
 
 def pilots(words: tuple, session: jax.Array, valid: jax.Array, planes: int) -> jax.Array:
@@ -228,16 +232,19 @@ def invalidate(state: PlaneStore, evicted: jax.Array, config: PlaneStoreConfig) 
 
 
 def add_reads(state: PlaneStore, reads_per_page: jax.Array, threshold_reads, config: PlaneStoreConfig) -> PlaneStore:
-    """Every live page of session s is read ``reads_per_page[s]`` times (f32[R]): each block's read-disturb
-    counter takes the reads of its live pages (``flash.disturb.counters``; stale pages are not read).
-    A store made without ``count_reads`` is returned as it is."""
+    """Every live page of session s is read ``reads_per_page[s]`` times (f32[R]): each counted block's
+    read-disturb counter takes the reads of its live pages (``flash.disturb.counters``; stale pages are not
+    read). The counted blocks are every ``read_counter_stride``-th of each plane (one sweep over their owner
+    tags). A store made without ``count_reads`` is returned as it is."""
     if state.reads is None:
         return state
+    stride = config.read_counter_stride
 
     def per_plane(plane):
-        live = kv_blocks.live_pages(plane, config.plane)
-        reads = jnp.where(live, reads_per_page[kv_blocks.page_sessions(plane, config.plane)], 0.0)
-        return reads.sum(axis=1), live.sum(axis=1)
+        owner = plane.blocks.owner[::stride]
+        session = kv_blocks.tag_sessions(owner, config.plane)
+        live = kv_blocks.live_tags(owner, session, plane.generation, config.plane)
+        return jnp.where(live, reads_per_page[session], 0.0).sum(axis=1), live.sum(axis=1)
 
     block_reads, live = jax.vmap(per_plane)(state.planes)
     return state._replace(reads=counters.add_reads(state.reads, block_reads, live, threshold_reads))
@@ -271,7 +278,8 @@ def collect(words: tuple, state: PlaneStore, knobs: PlaneStoreKnobs, config: Pla
     state, _, moved = jax.lax.while_loop(lambda c: ~c[1] & gc_due(c[0], knobs, config), reclaim,
                                          (state, jnp.bool_(False), jnp.int32(0)))
     if state.reads is not None:  # an erased block's read counter starts again
-        state = state._replace(reads=counters.erase(state.reads, state.planes.blocks.erases > before))
+        erased = state.planes.blocks.erases > before
+        state = state._replace(reads=counters.erase(state.reads, erased[:, ::config.read_counter_stride]))
     return state, moved
 
 

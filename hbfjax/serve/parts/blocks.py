@@ -17,7 +17,9 @@ HBF read cut and programmed at the program bandwidth, exposed in the next iterat
 
 **Read disturb** (issue 26, when ``ServeKnobs.reclaim`` is given: ``--read-disturb-reads N``): every pass
 that reads a slot's HBF KV (a decode token or a prefill chunk: the attention reads every page of the context)
-reads each live page of its session once; at each chunk the sampled blocks' counters take those reads
+reads each live page of its session once; at each chunk the counted blocks (every
+``read_counter_stride``-th block of each sampled plane, default 8: a systematic sample, totals scaled by the
+stride) take those reads
 (``plane_store.add_reads``: on the pages as they lie at the chunk's end, so a page written in the chunk
 counts its whole chunk's reads, an over-count of at most one chunk), GC's erases reset them, and a counter
 passing N relocates its block: the block's live pages are copied (timed and exposed as GC's migrations;
@@ -57,11 +59,12 @@ class BlocksConfig:
     plane_writes_per_chunk: int = 1024  # pages one plane programs per chunk at most (the rest waits there)
     n_labels: int = 8
     gc_rounds: int = 8  # GC rounds of kv_blocks.victims_per_gc victims per plane, once per scan chunk
+    read_counter_stride: int = 8  # read disturb: every k-th block of a plane keeps a read counter (issue 26)
 
     def __post_init__(self):
         c = type(self).__name__
         for name in ("planes", "blocks_per_plane", "pages_per_block", "plane_writes_per_chunk", "n_labels",
-                     "gc_rounds"):
+                     "gc_rounds", "read_counter_stride"):
             require_int(c, name, getattr(self, name), 1)
 
     def store(self, sessions: int) -> plane_store.PlaneStoreConfig:
@@ -69,7 +72,7 @@ class BlocksConfig:
         return plane_store.PlaneStoreConfig(
             sessions=sessions, planes=self.planes, blocks_per_plane=self.blocks_per_plane,
             pages_per_block=self.pages_per_block, max_writes=self.plane_writes_per_chunk, n_labels=self.n_labels,
-            gc_rounds=self.gc_rounds)
+            gc_rounds=self.gc_rounds, read_counter_stride=self.read_counter_stride)
 
 
 class BlocksState(NamedTuple):
@@ -140,6 +143,7 @@ def part(knobs, config, run: RunView) -> Part:
                 + 1.0 / jnp.maximum(delivery.read_cuts(org).hbf_gbps, 1e-9))
 
     counting = knobs.reclaim is not None  # read disturb asked for: KV blocks count their reads too
+    counted_share = sc.blocks_per_plane / len(range(0, sc.blocks_per_plane, sc.read_counter_stride))
 
     def init():
         pilot = plane_store.pilots(run.words, reqs.session, reqs.valid, sc.planes)
@@ -174,8 +178,8 @@ def part(knobs, config, run: RunView) -> Part:
         store = plane_store.invalidate(store, record.evicted, sc)
         store, moved = plane_store.collect(run.words, store, sk, sc)
         moved = moved.astype(jnp.float32)
-        if counting:  # a relocation copies the block's live pages, timed as GC's migrations
-            moved = moved + store.reads.relocated_pages - relocated_before
+        if counting:  # a relocation copies the block's live pages, timed as GC's migrations (scaled to all blocks)
+            moved = moved + (store.reads.relocated_pages - relocated_before) * counted_share
         gc_us = package_bytes(moved, store, sk, sc) * 1e-3 * per_gb_s
         s = s._replace(blocks=store, new_bytes=jnp.zeros_like(s.new_bytes))
         if counting:
@@ -210,6 +214,9 @@ def read_disturb_report(b: plane_store.PlaneStore, host_pages, out) -> dict:
     a block took, the mean at GC's erase, the relocations the threshold implies per busy second of the package
     (the sampled planes' times ``package_scale``) and the programs they add per host-written page (a WAF term)."""
     r = {k: np.asarray(v, np.float64) for k, v in b.reads._asdict().items() if k != "count"}
+    sample = b.planes.blocks.owner.shape[-2] / b.reads.count.shape[-1]  # blocks per counted block
+    for k in ("page_reads", "relocations", "relocated_pages"):
+        r[k] = r[k] * sample
     placed = np.asarray(b.placed, np.float64)
     scale = np.where(placed > 0, np.asarray(b.pages_written, np.float64).sum(axis=-1) / np.maximum(placed, 1.0), 0.0)
     busy_s = np.maximum(np.asarray(out.totals.busy_us, np.float64) * 1e-6, 1e-30)

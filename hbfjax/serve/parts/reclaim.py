@@ -10,8 +10,8 @@ gains P reads. The HBF weights form groups of blocks that are always read togeth
 
 * each routed expert of each MoE layer, ``place[experts, hbf] × expert bytes / block bytes`` blocks,
   read in the passes whose routing draw needs that expert (token draws: the draw's own experts, so a hot
-  expert under skewed routing wears its blocks faster; count draws, the uniform law: every expert of the
-  layer at the mean share ``distinct / E`` of a use);
+  expert under skewed routing wears its blocks faster; count draws, the uniform law: the layer's E experts
+  share one credit, advanced by the distinct experts the draw needs, their E × n blocks evenly phased);
 * the dense weights of each layer (the model's non-expert bytes in HBF, split evenly over its layers,
   embedding and LM head included), read every pass.
 
@@ -128,7 +128,8 @@ class ReclaimKnobs:
 class ReclaimState(NamedTuple):
     """Carried from pass to pass (one stream): credits in blocks, each in [0, 1) between passes."""
 
-    expert_credit: jax.Array  # f32[L_moe, E] each routed expert's blocks (a dense model: [0, 1])
+    expert_credit: jax.Array  # f32[L_moe, G] each routed expert's blocks (G = E), or each layer's (count draws:
+    #   G = 1; a dense model: [0, 1])
     dense_credit: jax.Array  # f32[L] each layer's dense blocks
     refresh_credit: jax.Array  # f32[] every weight block (refresh)
     backlog_pages: jax.Array  # f32[] rewritten pages waiting for a window
@@ -166,15 +167,20 @@ def groups(org, model, pages_per_block) -> Groups:
 
 
 def expert_uses(needed, config) -> jax.Array:
-    """f32[L_moe, E]: the share of a use each expert's blocks get in a pass, from ``pass_routing``'s ``needed``
-    (a token draw's bool[L_moe, E], or a count draw's int32[L_moe] spread evenly over the E experts)."""
+    """Expert uses of a pass from ``pass_routing``'s ``needed``: a token draw's f32[L_moe, E] (1 for each expert
+    it needs), or a count draw's f32[L_moe, 1] (the layer's distinct experts: under the uniform law every
+    expert of a layer is equally likely, so the layer's E groups share one credit, E × n evenly phased blocks)."""
     model = config.model
     if not model.is_moe:
         return jnp.zeros((0, 1), jnp.float32)
     if config.routing_draw == "counts":
-        share = needed.astype(jnp.float32) / float(model.routed_experts)
-        return jnp.broadcast_to(share[:, None], (share.shape[0], model.routed_experts))
+        return needed.astype(jnp.float32)[:, None]
     return needed.astype(jnp.float32)
+
+
+def expert_groups(config) -> int:
+    """Credits per MoE layer: one per expert under token draws, one for the layer under count draws."""
+    return config.model.routed_experts if config.routing_draw == "tokens" else 1
 
 
 def advance(credit, blocks_added):
@@ -236,7 +242,8 @@ def part(knobs, config, run) -> Part:
     prefetch = knobs.policy.prefetch if knobs.policy is not None else 1.0
 
     def writes(state: ReclaimState, view, reads, times, record):
-        needed, _ = pass_routing(view.words, view.batch, view.draw, knobs.routing, config)
+        needed = times.needed if times.needed is not None else pass_routing(
+            view.words, view.batch, view.draw, knobs.routing, config)[0]
         uses = expert_uses(needed, config)  # f32[L_moe, E]
         expert_credit, relocated_e = advance(state.expert_credit, uses * g.expert_blocks * reads_per_use)
         dense_credit, relocated_d = advance(state.dense_credit, g.dense_blocks * reads_per_use)
@@ -263,7 +270,7 @@ def part(knobs, config, run) -> Part:
     def finish(state: ReclaimState):
         return state.backlog_pages * page, jnp.bool_(False)
 
-    return Part(init=lambda: init_state(run.words, model, model.routed_experts), writes=writes, finish=finish,
+    return Part(init=lambda: init_state(run.words, model, expert_groups(config)), writes=writes, finish=finish,
                 totals=ReclaimTotals)
 
 
