@@ -45,6 +45,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from hbfjax import rng
 from hbfjax.clock import Clock
@@ -286,8 +287,15 @@ def collect(words: tuple, state: PlaneStore, knobs: PlaneStoreKnobs, config: Pla
 def package_scale(state: PlaneStore, knobs: PlaneStoreKnobs, config: PlaneStoreConfig) -> jax.Array:
     """f32[]: package pages one page of the sampled planes stands for — the pages the package was sent
     over those the sampled planes were (N / P before any)."""
-    return jnp.where(state.placed > 0, state.pages_written.astype(jnp.float32).sum() / jnp.maximum(state.placed, 1),
-                     knobs.package_planes / config.planes)
+    return jnp.where(state.placed > 0, sent_over_placed(state, jnp), knobs.package_planes / config.planes)
+
+
+def sent_over_placed(state: PlaneStore, xp=np):
+    """Pages the package was sent over those the sampled planes were (0 before any; ``xp``: jnp in a trace,
+    numpy on the host for a batched output)."""
+    dtype = np.float64 if xp is np else jnp.float32
+    placed = xp.asarray(state.placed, dtype)
+    return xp.where(placed > 0, xp.asarray(state.pages_written, dtype).sum(axis=-1) / xp.maximum(placed, 1.0), 0.0)
 
 
 def host_pages(state: PlaneStore) -> jax.Array:

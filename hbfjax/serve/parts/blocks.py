@@ -217,8 +217,7 @@ def read_disturb_report(b: plane_store.PlaneStore, host_pages, out) -> dict:
     sample = b.planes.blocks.owner.shape[-2] / b.reads.count.shape[-1]  # blocks per counted block
     for k in ("page_reads", "relocations", "relocated_pages"):
         r[k] = r[k] * sample
-    placed = np.asarray(b.placed, np.float64)
-    scale = np.where(placed > 0, np.asarray(b.pages_written, np.float64).sum(axis=-1) / np.maximum(placed, 1.0), 0.0)
+    scale = np.asarray(plane_store.sent_over_placed(b), np.float64)
     busy_s = np.maximum(np.asarray(out.totals.busy_us, np.float64) * 1e-6, 1e-30)
     with np.errstate(invalid="ignore", divide="ignore"):
         return {"kv_block_reads_max": r["max_reads"],
