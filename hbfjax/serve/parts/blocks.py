@@ -119,9 +119,10 @@ def check_trigger(policy, config: BlocksConfig, sessions: int) -> None:
                           f"chunk ({plane.reserve_blocks} blocks held free); lower it or use larger planes")
 
 
-def _add_bytes(per_session, session, tokens, per_token: float):
-    """float32[R] ``per_session`` plus each slot's ``tokens`` of KV at its session."""
-    return per_session.at[session].add(jnp.asarray(tokens * per_token, jnp.float32))
+def _add_at_sessions(per_session, session, amount, scale: float):
+    """float32[R] ``per_session`` plus each slot's ``amount * scale`` at its session (bytes of KV from
+    tokens, or read counts from ``reading_slots``)."""
+    return per_session.at[session].add(jnp.asarray(amount * scale, jnp.float32))
 
 
 def reading_slots(view, reads) -> jax.Array:
@@ -153,7 +154,7 @@ def part(knobs, config, run: RunView) -> Part:
 
     def admit(s: BlocksState, view, record):
         session = reqs.session[jnp.maximum(view.finished_request, 0)]
-        s = s._replace(new_bytes=_add_bytes(s.new_bytes, session, record.retired_hbm_tokens, per_token))
+        s = s._replace(new_bytes=_add_at_sessions(s.new_bytes, session, record.retired_hbm_tokens, per_token))
         if closed:
             req = jnp.maximum(view.state.slots.request, 0)
             root = view.new & (reqs.session[req] == req)
@@ -165,9 +166,9 @@ def part(knobs, config, run: RunView) -> Part:
 
     def writes(s: BlocksState, view, reads, times, record):
         session = reqs.session[jnp.maximum(view.request, 0)]
-        s = s._replace(new_bytes=_add_bytes(s.new_bytes, session, record.hbf_new_tokens, per_token))
+        s = s._replace(new_bytes=_add_at_sessions(s.new_bytes, session, record.hbf_new_tokens, per_token))
         if counting:
-            s = s._replace(session_reads=_add_bytes(s.session_reads, session, reading_slots(view, reads), 1.0))
+            s = s._replace(session_reads=_add_at_sessions(s.session_reads, session, reading_slots(view, reads), 1.0))
         return s, record, None
 
     def every_chunk(s: BlocksState, record):
