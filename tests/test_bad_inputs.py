@@ -378,15 +378,15 @@ BORDERLINE = [  # (base, flag, value, None: a result | text of the one-line erro
 ]
 
 
-# make test runs the lengths, the batcher's limits, the empty HBM budget and the refusals; the extreme hardware
-# rates, times and page sizes, each a serve run of ≈ 5 s, run in make test-slow (CI's 10 minutes)
-FAST_RESULTS = {"--prompt", "--output", "--chunk-tokens", "--token-budget", "--hbm-kv-budget-gb", "--slots", "--cores",
-                "--cpu-experts"}
+# make test runs the lengths, the empty HBM budget, the CPU systems' limits and the refusals (the fixed-batch and
+# CPU results share two compilations); the extreme hardware rates, times and page sizes, the batcher's limits and
+# the Poisson base's values, each a serve run of 5-9 s, run in make test-slow (CI's 10 minutes)
+FAST_RESULTS = {"--prompt", "--output", "--hbm-kv-budget-gb", "--cores", "--cpu-experts"}
 
 
 def _borderline_cases():
     for base, flag, value, says in BORDERLINE:
-        slow = says is None and flag not in FAST_RESULTS and (flag, value) != ("--rate", "1e-6")
+        slow = says is None and flag not in FAST_RESULTS
         yield pytest.param(base, flag, value, says, id=f"{base[1]}{flag}={value}",
                            marks=[pytest.mark.slow] if slow else [])
 
@@ -425,8 +425,8 @@ def test_a_sweep_over_readings_and_a_one_token_output_has_no_failed_row(tmp_path
      "16", "--streams", "2", "--drive-writes", "0.5", "--warmup-drive-writes", "0", "--out", "{d}/a.csv"],
     ["sweep", "--points-per-call", "4096", "--vary", "spare-factor=0.1,0.2", "gc", "--blocks", "64", "--pages-per-block",
      "16", "--streams", "2", "--drive-writes", "0.5", "--warmup-drive-writes", "0", "--out", "{d}/b.csv"],
-    ["profile", "--model", "mixtral-8x22b", "--max-tokens", "1", "--max-context", "1", "--warmup", "0", "--repeats", "1",
-     "--out", "{d}/p.csv"],
+    pytest.param(["profile", "--model", "mixtral-8x22b", "--max-tokens", "1", "--max-context", "1", "--warmup", "0",
+                  "--repeats", "1", "--out", "{d}/p.csv"], marks=pytest.mark.slow),  # 8 s: make test-slow
     ["models", "--kv-bytes-per-element", "1e-9", "--json"], ["models", "--kv-bytes-per-element", "8", "--json"],
 ])
 def test_borderline_values_of_the_other_serving_commands_run(capsys, tmp_path, argv):

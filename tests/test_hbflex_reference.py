@@ -134,6 +134,8 @@ def closed_runs():
     return config, out, href.serve(0, SEED, kn, config, inputs)
 
 
+@pytest.mark.slow  # 27 worker-seconds (a compilation of its own): make test-slow. make test keeps the closed loop
+# against its reference on DASH's engine (tests/test_closed_loop.py) and HBFlex's parts against theirs open-loop (below)
 def test_a_closed_loop_equals_the_reference(closed_runs):
     config, out, (res, tot, step) = closed_runs
     assert not res.overflow and not bool(out.overflow[0, 0]) and int(out.iterations[0, 0]) == res.iterations

@@ -172,6 +172,8 @@ def test_a_measured_table_sets_each_operator_where_it_is_slower_than_delivery():
     assert float(out.totals.table_miss_passes) == 2.0
 
 
+@pytest.mark.slow  # 6 worker-seconds: make test-slow; make test keeps HBFlex's six organisations sharing one trace's
+# arrivals (tests/test_hbflex_system.py), the same arrival code
 def test_organisations_replaying_one_trace_see_the_same_arrivals_and_lengths(tmp_path):
     from hbfjax import traces
 
