@@ -18,8 +18,8 @@ HBF read cut and programmed at the program bandwidth, exposed in the next iterat
 **Read disturb** (issue 26, when ``ServeKnobs.reclaim`` is given: ``--read-disturb-reads N``): every pass
 that reads a slot's HBF KV (a decode token or a prefill chunk: the attention reads every page of the context)
 reads each live page of its session once; at each chunk the counted blocks (every
-``read_counter_stride``-th block of each sampled plane, default 8: a systematic sample, totals scaled by the
-stride) take those reads
+block of each sampled plane, or every ``read_counter_stride``-th with totals scaled, a sample biased
+while a plane has used few blocks: ``plane_store``) take those reads
 (``plane_store.add_reads``: on the pages as they lie at the chunk's end, so a page written in the chunk
 counts its whole chunk's reads, an over-count of at most one chunk), GC's erases reset them, and a counter
 passing N relocates its block: the block's live pages are copied (timed and exposed as GC's migrations;
@@ -59,7 +59,7 @@ class BlocksConfig:
     plane_writes_per_chunk: int = 1024  # pages one plane programs per chunk at most (the rest waits there)
     n_labels: int = 8
     gc_rounds: int = 8  # GC rounds of kv_blocks.victims_per_gc victims per plane, once per scan chunk
-    read_counter_stride: int = 8  # read disturb: every k-th block of a plane keeps a read counter (issue 26)
+    read_counter_stride: int = 1  # read disturb: every k-th block of a plane keeps a read counter (issue 26)
 
     def __post_init__(self):
         c = type(self).__name__
