@@ -109,9 +109,9 @@ def _gain_note(t) -> str:
             f"ms); read-wave amplification {naive.read_wave_amplification:.2f}× → {full.read_wave_amplification:.2f}× "
             f"takes {naive.kv_read_stall_fraction:.1%} → {full.kv_read_stall_fraction:.1%} of the busy time. The paper's own "
             f"Fig. 17 (5.97× random → 2.25×) caps a read-bound speedup at {FIG17_CEILING:.2f}×; its 4.08–4.32× needs a naive "
-            "that serialises its writes, which block-first does. Still not modelled: block-first's reads of pages "
-            "clustered in blocks (naive-block reads naive-hbf's random pages), which the review's envelope says "
-            "DeepSeek-V3 needs on top (§2); Qwen3's BF16 weights (DASH Table II) double its weight stream against "
+            "that serialises its writes, which block-first does, and that reads a request's pages in runs of a "
+            f"block's pages on one plane (naive-block's read-wave amplification {block.read_wave_amplification:.2f}×: "
+            "where a wave holds about one run a plane, runs collide as single pages do); Qwen3's BF16 weights (DASH Table II) double its weight stream against "
             "INT8's, the reading the paper's capacity implies")
 
 

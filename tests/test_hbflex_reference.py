@@ -293,4 +293,9 @@ def test_the_case_exercises_reuse_eviction_gc_and_every_write_path(runs):
     assert naive["read_waves"] > 0 and naive["kv_read_stall_us"] > 0  # random placement collides
     assert flex["offloaded_bytes"] > 0 and fa["offloaded_bytes"] > 0
     assert fa["retention_write_bytes"] > 0 and refs[2][1].stall_scale_us > 0  # the DASH write path
-    assert refs[3][2].hbf_totals()["write_stall_us"] > naive["write_stall_us"]  # block-first serialises programs
+    block = refs[3][2].hbf_totals()
+    assert block["write_stall_us"] > naive["write_stall_us"]  # block-first serialises programs
+    # and reads its pages in runs of a block's 4 pages (a chunk's 32 tokens of a layer are 8 pages of 512 B):
+    # the random-page law drawn as runs, so more rounds for the same pages than naive-hbf's (its 4-KiB pages)
+    assert refs[3][2].run_pages == 4 and all(refs[k][2].run_pages == 1 for k in range(3))
+    assert block["read_waves"] / block["ideal_waves"] > naive["read_waves"] / naive["ideal_waves"]

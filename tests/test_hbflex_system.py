@@ -21,6 +21,7 @@ from hbfjax.memory import hbf_packages as hp
 from hbfjax.serve import engine, metrics, parts, plane_store, report, systems
 from hbfjax.serve.parts.blocks import BlocksConfig
 from hbfjax.validate import ConfigError
+from hbfjax.serve.parts import reads as reads_part
 from hbfjax.serve.parts.reads import ReadsConfig, read_laws
 from hbfjax.serve.state import BatcherConfig, BatcherKnobs
 from hbfjax.workload import timing
@@ -137,6 +138,17 @@ def test_immediate_writes_stall_one_program_per_layer_and_pass():
     np.testing.assert_allclose(np.asarray(out.totals.write_stall_us), passes * GQA.layers * t_prog, rtol=1e-6)
     window = _point("hbflex")
     assert np.all(np.asarray(window.totals.write_stall_us) == 0.0)  # window-aware: nothing forced at this size
+
+
+def test_block_first_reads_meet_a_requests_pages_in_runs_on_one_plane():
+    # immediate block-first writes put a 64-token chunk's KV of a layer, ceil(64 × 128 B / 4 KiB) = 2 pages, in
+    # one block (more than the 4-page block's share of each of 4 layers, 1): runs of 2 pages on one plane, so
+    # the same reads collide more than naive-hbf's single random pages (common random numbers)
+    cfg = _azure()[1]
+    assert float(reads_part.run_pages(_point_knobs("naive-block"), cfg)) == 2.0
+    assert all(float(reads_part.run_pages(_point_knobs(p), cfg)) == 1.0 for p in POINTS if p != "naive-block")
+    block, naive = (_report(_point(p))["read_wave_amplification"] for p in ("naive-block", "naive-hbf"))
+    assert np.all(block > naive) and np.all(naive >= 1.0)
 
 
 def test_h3_keeps_request_kv_in_hbm_and_fills_no_hbf_with_it():

@@ -228,8 +228,8 @@ def naive_hbf(**changes) -> Package:
 def naive_block(**changes) -> Package:
     """Naive HBF with immediate block-first writes (HBFlex §6.3's baseline as the paper words it): a
     request's consecutive pages fill one block on one plane, so a layer's new KV of a request programs
-    serially there; reads and the block store as ``naive-hbf`` (random pages: the reads of pages
-    clustered in blocks are not modelled)."""
+    serially there, and its reads of a layer's pages meet them in runs of a block's pages on one plane
+    (``serve.parts.reads.run_pages``); the block store as ``naive-hbf``'s (random pages)."""
     return Package(_full_hbf(**changes), naive_policy(block_first=1))
 
 
@@ -291,7 +291,8 @@ SOURCES: dict[str, tuple[tuple[str, str], ...]] = {
     "hbflex": _POLICY_HBFLEX + _HBF_STACK,
     "naive-hbf": _POLICY_NAIVE + _HBF_STACK,
     "naive-block": (("policy", "HBFlex §6.3 Naive HBF, \"immediate block-first writes\": a request's pages "
-                               "program serially in one block's plane (interpreted: its reads and blocks as "
+                               "program serially in one block's plane, and are read in runs of a block's pages on one plane "
+                               "(interpreted: a layer's run is a prefill chunk's pages of it; its block store as "
                                "naive-hbf's random pages)"),) + _HBF_STACK,
     "h3": (("place", "HBFlex §2.3: weights and shared KV in HBF, generated KV in HBM"),) + _POLICY_NAIVE + _CASCADED
     + _HBF_STACK,

@@ -521,6 +521,13 @@ class HbflexStep(reference.ServeStep):
                             stripe_pages=self.p["group_size"], planes=self.planes, page_bytes=self.page,
                             t_prog_us=k["t_prog_us"], write_gbps=self.write_gbps)
         self.table = host_table(read_table)
+        # parts.reads.run_pages: a prefill chunk's pages of one layer, at least a block's share of each layer
+        per_block = config.blocks.pages_per_block
+        f32 = np.float32  # in float32 as the engine computes it, so the run length is the engine's
+        per_chunk = int(np.ceil(f32(np.asarray(knobs.batcher.chunk_tokens)) * f32(model.kv_bytes_per_token_layer)
+                                / f32(self.page)))
+        clustered = self.p["block_first"] > 0.5 and self.p["buffered"] < 0.5
+        self.run_pages = min(max(per_chunk, per_block // model.layers, 1), per_block) if clustered else 1
         self.uniforms = WaveUniforms(seed, stream_id)
         host = lambda a: np.asarray(a).tolist()  # noqa: E731
         self.session, self.prefix = host(reqs.session), host(reqs.prefix_tokens)
@@ -588,11 +595,16 @@ class HbflexStep(reference.ServeStep):
         reading = sum(hbf_before[q] for i, q in enumerate(requests)
                       if q >= 0 and (batch.decode_mask[i] or batch.chunk_mask[i]))
         pages = math.ceil(reading * m.kv_layer / page)
-        n_wave = min(pages, planes)
+        r = self.run_pages  # block-first: a layer's pages of a request lie in runs of r on one plane
+        runs = math.ceil(pages / r)
         u = self.uniforms(draw)
-        waves, offloaded = wave_draw(self.table, n_wave, u)
-        ideal = wave_ideal(self.table, n_wave, u)
-        reads = math.ceil(pages / planes)
+        waves, offloaded = wave_draw(self.table, min(runs, planes), u)
+        ideal = wave_ideal(self.table, min(runs, planes), u)
+        n_wave = min(pages, min(runs, planes) * r)  # the wave's pages
+        if r > 1:  # a plane with k runs reads k × r pages, no more than the wave's
+            waves, offloaded = min(r * waves, n_wave), min(r * offloaded, n_wave)
+            ideal = math.ceil(max(n_wave - offloaded, 0) / planes)
+        reads = math.ceil(runs / planes)
         to_hbm = p["offload_to_hbm"] * (offloaded / max(n_wave, 1.0) if n_wave > 0 else 0.0)
         wave_us = reads * waves * self.t_read
         byte_us = pages * (1.0 - to_hbm) * page * 1e-3 / self.hbf_cut

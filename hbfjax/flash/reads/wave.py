@@ -279,3 +279,27 @@ def draw_ideal(table: WaveTable, pages, u) -> jax.Array:
     n, idx, lo, hi, t = _bracket(table, pages, u)
     ideal = lambda k: jnp.ceil(jnp.maximum(table.pages[k] - table.offloaded[k, idx], 0.0) / table.planes)  # noqa: E731
     return jnp.where(n <= 0, 0.0, (1.0 - t) * ideal(lo) + t * ideal(hi))
+
+
+def runs_of(pages, run_pages, planes) -> tuple[jax.Array, jax.Array]:
+    """(runs in one wave, waves the read takes), float32[], for a read of ``pages`` pages that lie in runs
+    of ``run_pages`` consecutive pages on one plane each (a block's pages: block-first placement, HBFlex
+    §6.3), every run on an independent uniform plane: a wave is at most one run per plane's worth,
+    ``min(runs, P)`` runs, and the read takes ``ceil(runs / P)`` of them. With ``run_pages = 1`` these are
+    the single-page wave and read count (``min(pages, P)``, ``ceil(pages / P)``)."""
+    runs = jnp.ceil(jnp.asarray(pages, jnp.float32) / run_pages)
+    return jnp.minimum(runs, planes), jnp.ceil(runs / planes)
+
+
+def in_pages(waves, offloaded, ideal, runs, run_pages, pages, planes) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(waves, offloaded pages, ideal waves) of a wave of ``runs`` runs of ``run_pages`` pages from a draw of
+    the same number of single pages (``waves``, ``offloaded``, ``ideal`` of ``runs`` balls in P planes): a
+    plane holding k runs reads k × run_pages pages one after another, but no more than the wave's pages
+    (``min(runs × run_pages, pages)``: the last run of a read may be short); the ideal is the wave's pages
+    spread perfectly, ceil((pages − offloaded) / P). With ``run_pages = 1`` the draw is returned as it is."""
+    wave_pages = jnp.minimum(runs * run_pages, pages)
+    off = jnp.minimum(run_pages * offloaded, wave_pages)
+    clustered_ideal = jnp.ceil(jnp.maximum(wave_pages - off, 0.0) / planes)
+    single = run_pages <= 1.0
+    return (jnp.where(single, waves, jnp.minimum(run_pages * waves, wave_pages)), jnp.where(single, offloaded, off),
+            jnp.where(single, ideal, clustered_ideal))

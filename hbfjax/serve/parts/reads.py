@@ -12,6 +12,14 @@ are read from SRAM (HBFlex: they still cross the link, and hold SRAM during the 
 (FlashAccel, ``policy.offload_to_hbm``: they leave the HBF share). Under an SRAM split the offload
 serves at most its share of the excess (``parts.sram``).
 
+**Block-first runs.** Under immediate block-first writes (``naive-block``, HBFlex §6.3) a request's
+consecutive pages fill one block on one plane, so a layer's pages of a request lie in runs of
+:func:`run_pages` pages on one plane (a prefill chunk's KV of that layer: 72 pages of 4 KiB for a
+512-token chunk of DeepSeek-V3), each run on a random plane. A wave is then ``min(runs, P)`` runs drawn
+from the random-page law as balls, a plane with k runs reading k × run pages one after another
+(``wave.runs_of``, ``wave.in_pages``); the ideal is the same pages spread perfectly, so the
+amplification counts the clustering. Every other placement has runs of one page.
+
 **Read laws.** The wave is drawn from its law, tabulated per (planes, placement, scheduling, G, f)
 (``wave.tabulate``: O(1) a pass), or exactly (``ReadsConfig.wave_draw = "exact"``, O(P) a pass, for
 P = ``ReadsConfig.planes`` packages only). Tabulating costs about a second on a CPU, so the laws are
@@ -20,7 +28,8 @@ key), not knobs: each run looks up its own law by the values it was drawn for (:
 law can never be stale; a run whose law is missing sets ``ServeOutput.missing_inputs`` (refused by
 the report).
 
-Knobs read: ``org`` (planes, page, tR, the read cut), ``policy`` (placement, scheduling, offload).
+Knobs read: ``org`` (planes, page, tR, the read cut), ``policy`` (placement, scheduling, offload, block-first
+writes), the batcher's chunk (block-first runs).
 """
 
 from __future__ import annotations
@@ -117,6 +126,26 @@ def wave_knobs(policy) -> wave.WaveKnobs:
                           group_size=policy.group_size.astype(jnp.int32), offload_fraction=policy.offload_fraction)
 
 
+def run_pages(knobs, config) -> jax.Array:
+    """float32[]: pages of one layer that lie together in a block of a request's KV, read one after another
+    on its plane. Under immediate block-first writes (``policy.block_first`` with ``buffered`` 0, HBFlex
+    §6.3's naive baseline) a request's pages fill its open block in write order, layer by layer within a
+    pass: a prefill chunk's KV of one layer is ceil(chunk tokens × KV bytes per token and layer / page)
+    consecutive pages, and where a chunk's pages of every layer are fewer than a block, the block holds
+    several chunks, ``pages_per_block / layers`` pages of each layer (floor; at most a block). Taken at the
+    batcher's chunk (``chunk_tokens``): every page is counted as prefill-written (an agent's context is
+    mostly prompt; decode-written pages, one a layer and token, lie ``pages_per_block / layers`` to a block,
+    fewer a run, so their reads are over-counted where the chunk's runs are longer). 1 otherwise: each
+    page on its own plane."""
+    policy, model = knobs.policy, config.model
+    per_block = float(config.blocks.pages_per_block)
+    chunk = knobs.batcher.chunk_tokens.astype(jnp.float32)
+    per_chunk = jnp.ceil(chunk * float(model.kv_bytes_per_token_layer) / knobs.org.page_bytes)
+    together = jnp.clip(jnp.maximum(per_chunk, np.floor(per_block / model.layers)), 1.0, per_block)
+    clustered = (policy.block_first > 0.5) & (policy.buffered < 0.5)
+    return jnp.where(clustered, together, 1.0).astype(jnp.float32)
+
+
 def read_pages_per_layer(hbf_tokens, batch, model, page_bytes) -> jax.Array:
     """float32[] pages one layer's attention reads from HBF in this pass (decode reads the whole KV,
     a chunk its prefix)."""
@@ -153,21 +182,25 @@ def part(knobs, config, run: RunView) -> Part:
     else:
         found = jnp.bool_(True)
 
+    together = run_pages(knobs, config)  # 1 unless block-first: then runs of a block's pages share a plane
+
     def reads(s, view, record):
         pages = read_pages_per_layer(record.hbf_tokens, view.batch, model, page)
-        n_wave = jnp.minimum(pages, n_planes)
+        runs, reads_per_layer = wave.runs_of(pages, together, n_planes)  # runs = min(pages, P) when together = 1
         if rc.wave_draw == "exact":
-            sample = wave.wave_sample((*view.words, view.draw), n_wave.astype(jnp.int32), wave_knobs(policy), rc.wave)
+            sample = wave.wave_sample((*view.words, view.draw), runs.astype(jnp.int32), wave_knobs(policy), rc.wave)
             waves, offloaded = sample.waves.astype(jnp.float32), sample.offloaded_pages.astype(jnp.float32)
             ideal = sample.ideal_waves.astype(jnp.float32)
         else:
             u = rng.uniform01(rng.mix(*view.words, view.draw, Salt.WAVE_DRAW))
-            waves, offloaded = wave.draw(table, n_wave, u)
-            ideal = wave.draw_ideal(table, n_wave, u)  # interpolated as the waves are: waves >= ideal
-        reads_per_layer = jnp.ceil(pages / n_planes)
+            waves, offloaded = wave.draw(table, runs, u)
+            ideal = wave.draw_ideal(table, runs, u)  # interpolated as the waves are: waves >= ideal
+        waves, offloaded, ideal = wave.in_pages(waves, offloaded, ideal, runs, together, pages, n_planes)
+        n_wave = jnp.minimum(pages, runs * together)  # the wave's pages
         if budget.offload_cap_bytes is not None:  # the offload share serves at most its bytes of the excess
-            bare, _ = wave.draw(bare_table, n_wave, u)
-            bare_ideal = wave.draw_ideal(bare_table, n_wave, u)
+            bare, _ = wave.draw(bare_table, runs, u)
+            bare_ideal = wave.draw_ideal(bare_table, runs, u)
+            bare, _, bare_ideal = wave.in_pages(bare, 0.0, bare_ideal, runs, together, pages, n_planes)
             excess = offloaded * page * reads_per_layer
             served = sram.capped(excess, budget.offload_cap_bytes, budget.temperature_pages, page)
             rho = jnp.where((excess > 0) & (policy.offload_to_hbm < 0.5), served / jnp.maximum(excess, 1e-30), 1.0)
