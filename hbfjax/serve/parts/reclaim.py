@@ -22,10 +22,19 @@ and ``c`` keeps its fraction (Hermite's identity makes this the exact count of t
 The credits start uniform on [0, 1) (hashed from the stream's words), the stationary phase. The
 long-run relocation rate is therefore Σ reads / N, the renewal rate of ``hbfjax.read_reclaim``.
 
-**Refresh** (``refresh_hours`` T > 0): every weight block is also rewritten every T, one credit over
-all blocks advancing by the pass's time / T. The two rewrites are added, an upper bound on the
-renewal rate max(λ/N, 1/T) of each block (the refresh of a block that a relocation rewrote within T is
-counted again); at T ≥ 24 h it is ≤ 10^-5 of the program rate.
+**Refresh** (``refresh_hours`` T > 0): a block not rewritten for T is rewritten (what a relocation
+rewrote within T is not refreshed again). A block's progress to its next rewrite is the larger of its
+reads / N and its age / T, both restarted by the rewrite, so the blocks of a group (one read progress,
+one clock) are rewritten in the order they were last rewritten, and a group's rewrites follow the larger
+of its two progresses summed since then. Each group therefore carries a deficit of time over reads
+(``d ← max(d + Δt / T − Δreads / N, 0)``, Lindley's recursion: the largest excess of age over reads of
+any recent stretch) and its high-water mark; a rise of the mark by x adds n × x to the group's refresh
+credit. Reads ahead of the clock (every realistic T: a pass reads the dense weights every ~0.1 s) give
+no refresh; a group the reads leave behind (a cold expert) is refreshed at n / T less what its reads
+relocated, so a group's rewrites are n × max(reads / N, time / T) over the run, the per-block renewal
+rate max(λ/N, 1/T) of ``hbfjax.read_reclaim`` (exact for steady reads). Where the clock leads, the
+reads' share is still counted as relocations (a physical device would refresh those blocks instead:
+the total is right, the split leans to relocations).
 
 **Time.** A rewritten block's P pages are read one after another on its plane (tR each; blocks on
 distinct planes in parallel) and programmed through a relocation frontier striped over every plane, as
@@ -131,8 +140,17 @@ class ReclaimState(NamedTuple):
     expert_credit: jax.Array  # f32[L_moe, G] each routed expert's blocks (G = E), or each layer's (count draws:
     #   G = 1; a dense model: [0, 1])
     dense_credit: jax.Array  # f32[L] each layer's dense blocks
-    refresh_credit: jax.Array  # f32[] every weight block (refresh)
+    expert_refresh: "Refresh"  # fields f32[L_moe, G]: the expert groups' refresh
+    dense_refresh: "Refresh"  # fields f32[L]: the dense groups' refresh
     backlog_pages: jax.Array  # f32[] rewritten pages waiting for a window
+
+
+class Refresh(NamedTuple):
+    """One refresh per group of blocks (module docstring, Refresh), each field shaped like the groups."""
+
+    credit: jax.Array  # f32[...] blocks due, in [0, 1) between passes
+    deficit: jax.Array  # f32[...] time / T ahead of reads / N over the recent stretch (>= 0)
+    high: jax.Array  # f32[...] the deficit's high-water mark
 
 
 class ReclaimTotals(NamedTuple):
@@ -190,6 +208,16 @@ def advance(credit, blocks_added):
     return total - due, due
 
 
+def refresh_step(r: Refresh, blocks, time_progress, read_progress) -> tuple[Refresh, jax.Array]:
+    """(the groups' refresh after a pass, blocks due for refresh, f32 like ``blocks``): the deficit of
+    ``time_progress`` (the pass's time / T) over ``read_progress`` (its page reads per block / N) by
+    Lindley's recursion, its high-water mark's rise × ``blocks`` into the credit (module docstring)."""
+    deficit = jnp.maximum(r.deficit + time_progress - read_progress, 0.0)
+    rise = jnp.maximum(deficit - r.high, 0.0)
+    credit, due = advance(r.credit, blocks * rise)
+    return Refresh(credit=credit, deficit=deficit, high=jnp.maximum(r.high, deficit)), due
+
+
 def forced_us(pages, pages_per_block, planes, t_read_us, t_prog_us, page_bytes, write_gbps):
     """f32[] time to rewrite ``pages`` at once on the critical path: each block's pages read one after another
     on its plane (blocks on distinct planes), then programmed in full-width rounds of tPROG, no faster than
@@ -221,9 +249,12 @@ def init_state(words, model, routed_experts: int) -> ReclaimState:
     e = np.arange(moe * experts, dtype=np.int32).reshape(moe, experts)
     expert = rng.uniform01(rng.mix(seed, stream, ReclaimSalt.EXPERT_PHASE, e))
     dense = rng.uniform01(rng.mix(seed, stream, ReclaimSalt.DENSE_PHASE, np.arange(layers, dtype=np.int32)))
-    refresh = rng.uniform01(rng.mix(seed, stream, ReclaimSalt.REFRESH_PHASE))
+    refresh = rng.uniform01(rng.mix(seed, stream, ReclaimSalt.REFRESH_PHASE,
+                                    np.arange(moe * experts + layers, dtype=np.int32))).astype(jnp.float32)
+    fresh = lambda credit: Refresh(credit=credit, deficit=jnp.zeros_like(credit), high=jnp.zeros_like(credit))  # noqa: E731
     return ReclaimState(expert_credit=expert.astype(jnp.float32), dense_credit=dense.astype(jnp.float32),
-                        refresh_credit=refresh.astype(jnp.float32), backlog_pages=jnp.float32(0.0))
+                        expert_refresh=fresh(refresh[:moe * experts].reshape(moe, experts)),
+                        dense_refresh=fresh(refresh[moe * experts:]), backlog_pages=jnp.float32(0.0))
 
 
 def part(knobs, config, run) -> Part:
@@ -240,6 +271,9 @@ def part(knobs, config, run) -> Part:
     refresh_us = rk.refresh_hours * US_PER_HOUR
     limit_pages = rk.in_windows * rk.backlog_blocks * per_block
     prefetch = knobs.policy.prefetch if knobs.policy is not None else 1.0
+    # experts one credit stands for: a count draw's credit is the layer's E experts (its blocks' mean read
+    # progress is the distinct experts drawn / E), a token draw's one expert
+    pooled = float(model.routed_experts) if model.is_moe and config.routing_draw == "counts" else 1.0
 
     def writes(state: ReclaimState, view, reads, times, record):
         needed = times.needed if times.needed is not None else pass_routing(
@@ -248,8 +282,11 @@ def part(knobs, config, run) -> Part:
         expert_credit, relocated_e = advance(state.expert_credit, uses * g.expert_blocks * reads_per_use)
         dense_credit, relocated_d = advance(state.dense_credit, g.dense_blocks * reads_per_use)
         pass_us = times.iteration_us + record.stall_us
-        refresh_add = jnp.where(refresh_us > 0, g.all_blocks * pass_us / jnp.where(refresh_us > 0, refresh_us, 1.0), 0.0)
-        refresh_credit, refreshed = advance(state.refresh_credit, refresh_add)
+        clock = jnp.where(refresh_us > 0, pass_us / jnp.where(refresh_us > 0, refresh_us, 1.0), 0.0)  # age / T
+        expert_refresh, refreshed_e = refresh_step(state.expert_refresh, g.expert_blocks * pooled, clock,
+                                                   uses / pooled * reads_per_use)
+        dense_refresh, refreshed_d = refresh_step(state.dense_refresh, g.dense_blocks, clock, reads_per_use)
+        refreshed = refreshed_e.sum() + refreshed_d.sum()
         relocated = relocated_e.sum() + relocated_d.sum()
         new_pages = (relocated + refreshed) * per_block
         backlog = state.backlog_pages + new_pages
@@ -263,8 +300,8 @@ def part(knobs, config, run) -> Part:
         t = ReclaimTotals(weight_page_reads=page_reads, relocated_blocks=relocated, refreshed_blocks=refreshed,
                           rewrite_bytes=new_pages * page, window_bytes=drained * page, forced_bytes=forced * page,
                           stall_us=stall)
-        new = ReclaimState(expert_credit=expert_credit, dense_credit=dense_credit, refresh_credit=refresh_credit,
-                           backlog_pages=backlog - drained - forced)
+        new = ReclaimState(expert_credit=expert_credit, dense_credit=dense_credit, expert_refresh=expert_refresh,
+                           dense_refresh=dense_refresh, backlog_pages=backlog - drained - forced)
         return new, record._replace(stall_us=record.stall_us + stall), t
 
     def finish(state: ReclaimState):
