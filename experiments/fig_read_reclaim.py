@@ -34,6 +34,7 @@ from hbfjax import read_reclaim
 from hbfjax.commands import serve
 from hbfjax.memory import hbf_packages
 from hbfjax.memory import organisations as orgs
+from hbfjax.serve.parts.blocks import BlocksConfig
 from hbfjax.workload import models
 
 TITLE = "Read disturb and refresh — HBF lifetime and reclaim's share of program bandwidth against the threshold (issue 26)"
@@ -223,11 +224,14 @@ def _kv_cells(cells) -> str:
 
 
 def _kv_note(w) -> str:
+    b = BlocksConfig()  # the serve command's sampled planes
     erased = (f"{w.kv_block_reads_mean_at_erase:.3g} reads on average when GC erased a block"
               if np.isfinite(w.kv_block_reads_mean_at_erase) else
               "GC erased no KV block in the window, so these counts are lower bounds of a block's reads before GC")
     return (f"a KV block takes the reads of all its live pages (512 pages, each read by every decode pass of its "
-            f"session): the most a block took was {w.kv_block_reads_max:.3g} reads; {erased}; at N = 10^6 "
+            f"session; the {b.blocks_per_plane} blocks of {b.read_counter_planes} of a stream's {b.planes} sampled planes count "
+            f"reads, totals scaled by {b.planes / b.read_counter_planes:g}): the most a "
+            f"counted block took was {w.kv_block_reads_max:.3g} reads; {erased}; at N = 10^6 "
             f"{w.kv_reclaim_relocations_per_s:.3g} KV relocations/s (package), {w.kv_reclaim_program_gbps:.3g} GB/s "
             f"of copies against the weights' {w.reclaim_timed_program_gbps:.3g} GB/s of reclaim; lifetime with both "
             f"{w.lifetime_years_combined:.3g} years (the timed run). "

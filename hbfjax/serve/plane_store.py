@@ -32,13 +32,16 @@ the writes alone. WAF is the sampled planes' (host + GC programs) / host program
 planes stands for (pages the package was sent) / (pages the sampled planes were sent) of the package's
 (:func:`package_scale`: N / P on average for random placement and fixed planes).
 
-Read disturb (issue 26; ``init(count_reads=True)``): every block of each sampled plane (or every
-``read_counter_stride``-th, totals scaled by the stride) counts the page reads of its live pages
-(:func:`add_reads`, ``hbfjax.flash.disturb.counters``), reset when GC erases it, so the store tells
-whether a KV block takes N reads before its pages die. A stride above 1 is a systematic sample from
-block 0: blocks open in index order until GC first erases, so while a plane has used few blocks the
-sample over-weights the oldest (a stride of 8 gave 1.44–1.6× the KV relocations of every block on
-HBFlex's SWE-bench runs at the real room): the default counts every block.
+Read disturb (issue 26; ``init(count_reads=True)``): every block of the first ``read_counter_planes`` C
+of the P sampled planes counts the page reads of its live pages (:func:`add_reads`,
+``hbfjax.flash.disturb.counters``), reset when GC erases it, so the store tells whether a KV block takes
+N reads before its pages die. The sampled planes are independent draws of the package's (each alone an
+unbiased sample of a plane), so C of them are an unbiased sample of the P: totals scale by P / C
+(:func:`counted_share`). The default C = 1 keeps the sweep of the owner tags within a quarter of a
+serving step (BENCHMARKS.md, issue 26); C = P counts every sampled block. (An earlier sample of every
+k-th block of each plane, from block 0, was biased: blocks open in index order until GC first erases,
+so it over-weighted the oldest blocks, 1.44–1.6× the relocations of every block on HBFlex's SWE-bench
+runs.)
 """
 
 from __future__ import annotations
@@ -74,12 +77,12 @@ class PlaneStoreConfig:
     max_writes: int = 1024  # pages one plane programs per call at most (the rest waits, pending)
     n_labels: int = 8
     gc_rounds: int = 8  # GC rounds of victims_per_gc victims per plane per call
-    read_counter_stride: int = 1  # read-disturb counters on every k-th block of a plane (1: all; see the docstring)
+    read_counter_planes: int = 1  # C: the first C sampled planes keep read-disturb counters (the docstring)
 
     def __post_init__(self):
         c = type(self).__name__
         require_int(c, "planes", self.planes, 1, 4096)
-        require_int(c, "read_counter_stride", self.read_counter_stride, 1, self.blocks_per_plane)
+        require_int(c, "read_counter_planes", self.read_counter_planes, 1, self.planes)
         self.plane  # validates the rest
 
     @property
@@ -141,7 +144,7 @@ def init(config: PlaneStoreConfig, pilot: jax.Array | None = None, count_reads: 
     return PlaneStore(planes=jax.tree.map(lambda x: jnp.broadcast_to(x, (p,) + x.shape), one),
                       pending_bytes=jnp.zeros(r, jnp.float32), pages_written=jnp.zeros(r, jnp.int32), calls=jnp.int32(0),
                       pilot=pilot, placed=jnp.int32(0),
-                      reads=counters.init((p, len(range(0, config.blocks_per_plane, config.read_counter_stride))))
+                      reads=counters.init((config.read_counter_planes, config.blocks_per_plane))
                       if count_reads else None)
 
 
@@ -238,19 +241,19 @@ def invalidate(state: PlaneStore, evicted: jax.Array, config: PlaneStoreConfig) 
 def add_reads(state: PlaneStore, reads_per_page: jax.Array, threshold_reads, config: PlaneStoreConfig) -> PlaneStore:
     """Every live page of session s is read ``reads_per_page[s]`` times (f32[R]): each counted block's
     read-disturb counter takes the reads of its live pages (``flash.disturb.counters``; stale pages are not
-    read). The counted blocks are every ``read_counter_stride``-th of each plane (one sweep over their owner
-    tags). A store made without ``count_reads`` is returned as it is."""
+    read). The counted blocks are those of the first ``read_counter_planes`` planes (one sweep over their
+    owner tags). A store made without ``count_reads`` is returned as it is."""
     if state.reads is None:
         return state
-    stride = config.read_counter_stride
 
     def per_plane(plane):
-        owner = plane.blocks.owner[::stride]
+        owner = plane.blocks.owner
         session = kv_blocks.tag_sessions(owner, config.plane)
         live = kv_blocks.live_tags(owner, session, plane.generation, config.plane)
         return jnp.where(live, reads_per_page[session], 0.0).sum(axis=1), live.sum(axis=1)
 
-    block_reads, live = jax.vmap(per_plane)(state.planes)
+    counted = jax.tree.map(lambda x: x[:config.read_counter_planes], state.planes)
+    block_reads, live = jax.vmap(per_plane)(counted)
     return state._replace(reads=counters.add_reads(state.reads, block_reads, live, threshold_reads))
 
 
@@ -283,8 +286,14 @@ def collect(words: tuple, state: PlaneStore, knobs: PlaneStoreKnobs, config: Pla
                                          (state, jnp.bool_(False), jnp.int32(0)))
     if state.reads is not None:  # an erased block's read counter starts again
         erased = state.planes.blocks.erases > before
-        state = state._replace(reads=counters.erase(state.reads, erased[:, ::config.read_counter_stride]))
+        state = state._replace(reads=counters.erase(state.reads, erased[:config.read_counter_planes]))
     return state, moved
+
+
+def counted_share(config: PlaneStoreConfig) -> float:
+    """P / C: sampled planes per plane that counts reads, the factor from the counters' totals to the
+    sampled planes' (:func:`add_reads`)."""
+    return config.planes / config.read_counter_planes
 
 
 def package_scale(state: PlaneStore, knobs: PlaneStoreKnobs, config: PlaneStoreConfig) -> jax.Array:

@@ -17,11 +17,13 @@ HBF read cut and programmed at the program bandwidth, exposed in the next iterat
 
 **Read disturb** (issue 26, when ``ServeKnobs.reclaim`` is given: ``--read-disturb-reads N``): every pass
 that reads a slot's HBF KV (a decode token or a prefill chunk: the attention reads every page of the context)
-reads each live page of its session once; at each chunk the counted blocks (every
-block of each sampled plane, or every ``read_counter_stride``-th with totals scaled, a sample biased
-while a plane has used few blocks: ``plane_store``) take those reads
-(``plane_store.add_reads``: on the pages as they lie at the chunk's end, so a page written in the chunk
-counts its whole chunk's reads, an over-count of at most one chunk), GC's erases reset them, and a counter
+reads each live page of its session once; at each chunk the counted blocks (every block of the first
+``read_counter_planes`` sampled planes, totals scaled to the P: ``plane_store``) take those reads
+(``plane_store.add_reads``) on the pages as they lie at the chunk's end, after its writes, evictions and
+GC: a page written in the chunk counts its whole chunk's reads (an over-count of at most one chunk), a page
+GC moved counts them in its new block, and a block GC erased loses its last chunk's reads (an under-count
+of at most one chunk; sweeping after GC spares XLA a copy of the owner tags that the GC loop would
+otherwise need, about a third of the sweep's cost). GC's erases reset the counters, and a counter
 passing N relocates its block: the block's live pages are copied (timed and exposed as GC's migrations;
 the store keeps them where they are, so GC's own victims and WAF are those of the run without). Reported:
 ``kv_block_reads_max``, ``kv_block_reads_mean_at_erase``, ``kv_reclaim_relocations_per_s`` and
@@ -59,12 +61,12 @@ class BlocksConfig:
     plane_writes_per_chunk: int = 1024  # pages one plane programs per chunk at most (the rest waits there)
     n_labels: int = 8
     gc_rounds: int = 8  # GC rounds of kv_blocks.victims_per_gc victims per plane, once per scan chunk
-    read_counter_stride: int = 1  # read disturb: every k-th block of a plane keeps a read counter (issue 26)
+    read_counter_planes: int = 1  # read disturb: the first C sampled planes keep block read counters (issue 26)
 
     def __post_init__(self):
         c = type(self).__name__
         for name in ("planes", "blocks_per_plane", "pages_per_block", "plane_writes_per_chunk", "n_labels",
-                     "gc_rounds", "read_counter_stride"):
+                     "gc_rounds", "read_counter_planes"):
             require_int(c, name, getattr(self, name), 1)
 
     def store(self, sessions: int) -> plane_store.PlaneStoreConfig:
@@ -72,7 +74,7 @@ class BlocksConfig:
         return plane_store.PlaneStoreConfig(
             sessions=sessions, planes=self.planes, blocks_per_plane=self.blocks_per_plane,
             pages_per_block=self.pages_per_block, max_writes=self.plane_writes_per_chunk, n_labels=self.n_labels,
-            gc_rounds=self.gc_rounds, read_counter_stride=self.read_counter_stride)
+            gc_rounds=self.gc_rounds, read_counter_planes=self.read_counter_planes)
 
 
 class BlocksState(NamedTuple):
@@ -144,7 +146,7 @@ def part(knobs, config, run: RunView) -> Part:
                 + 1.0 / jnp.maximum(delivery.read_cuts(org).hbf_gbps, 1e-9))
 
     counting = knobs.reclaim is not None  # read disturb asked for: KV blocks count their reads too
-    counted_share = sc.blocks_per_plane / len(range(0, sc.blocks_per_plane, sc.read_counter_stride))
+    counted_share = plane_store.counted_share(sc)
 
     def init():
         pilot = plane_store.pilots(run.words, reqs.session, reqs.valid, sc.planes)
@@ -174,10 +176,10 @@ def part(knobs, config, run: RunView) -> Part:
     def every_chunk(s: BlocksState, record):
         store, _ = plane_store.write(run.words, s.blocks, s.new_bytes, s.root_start, sk, sc)
         relocated_before = store.reads.relocated_pages if counting else None
-        if counting:  # the chunk's reads land on the pages as they lie now (the chunk's writes included)
-            store = plane_store.add_reads(store, s.session_reads, knobs.reclaim.threshold_reads, sc)
         store = plane_store.invalidate(store, record.evicted, sc)
         store, moved = plane_store.collect(run.words, store, sk, sc)
+        if counting:  # the chunk's reads, on the pages as they lie after its writes, evictions and GC (docstring)
+            store = plane_store.add_reads(store, s.session_reads, knobs.reclaim.threshold_reads, sc)
         moved = moved.astype(jnp.float32)
         if counting:  # a relocation copies the block's live pages, timed as GC's migrations (scaled to all blocks)
             moved = moved + (store.reads.relocated_pages - relocated_before) * counted_share
@@ -215,7 +217,7 @@ def read_disturb_report(b: plane_store.PlaneStore, host_pages, out) -> dict:
     a block took, the mean at GC's erase, the relocations the threshold implies per busy second of the package
     (the sampled planes' times ``package_scale``) and the programs they add per host-written page (a WAF term)."""
     r = {k: np.asarray(v, np.float64) for k, v in b.reads._asdict().items() if k != "count"}
-    sample = b.planes.blocks.owner.shape[-2] / b.reads.count.shape[-1]  # blocks per counted block
+    sample = b.planes.blocks.owner.shape[-3] / b.reads.count.shape[-2]  # sampled planes per counted plane
     for k in ("page_reads", "relocations", "relocated_pages"):
         r[k] = r[k] * sample
     scale = np.asarray(plane_store.sent_over_placed(b), np.float64)
