@@ -291,15 +291,21 @@ def runs_of(pages, run_pages, planes) -> tuple[jax.Array, jax.Array]:
     return jnp.minimum(runs, planes), jnp.ceil(runs / planes)
 
 
+def wave_pages(runs, run_pages, pages) -> jax.Array:
+    """float32[] pages in a wave of ``runs`` runs of ``run_pages`` pages of a ``pages``-page read (the last
+    run of a read may be short)."""
+    return jnp.minimum(runs * run_pages, pages)
+
+
 def in_pages(waves, offloaded, ideal, runs, run_pages, pages, planes) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(waves, offloaded pages, ideal waves) of a wave of ``runs`` runs of ``run_pages`` pages from a draw of
     the same number of single pages (``waves``, ``offloaded``, ``ideal`` of ``runs`` balls in P planes): a
     plane holding k runs reads k × run_pages pages one after another, but no more than the wave's pages
     (``min(runs × run_pages, pages)``: the last run of a read may be short); the ideal is the wave's pages
     spread perfectly, ceil((pages − offloaded) / P). With ``run_pages = 1`` the draw is returned as it is."""
-    wave_pages = jnp.minimum(runs * run_pages, pages)
-    off = jnp.minimum(run_pages * offloaded, wave_pages)
-    clustered_ideal = jnp.ceil(jnp.maximum(wave_pages - off, 0.0) / planes)
+    n_wave = wave_pages(runs, run_pages, pages)
+    off = jnp.minimum(run_pages * offloaded, n_wave)
+    clustered_ideal = jnp.ceil(jnp.maximum(n_wave - off, 0.0) / planes)
     single = run_pages <= 1.0
-    return (jnp.where(single, waves, jnp.minimum(run_pages * waves, wave_pages)), jnp.where(single, offloaded, off),
+    return (jnp.where(single, waves, jnp.minimum(run_pages * waves, n_wave)), jnp.where(single, offloaded, off),
             jnp.where(single, ideal, clustered_ideal))

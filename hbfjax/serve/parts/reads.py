@@ -196,7 +196,7 @@ def part(knobs, config, run: RunView) -> Part:
             waves, offloaded = wave.draw(table, runs, u)
             ideal = wave.draw_ideal(table, runs, u)  # interpolated as the waves are: waves >= ideal
         waves, offloaded, ideal = wave.in_pages(waves, offloaded, ideal, runs, together, pages, n_planes)
-        n_wave = jnp.minimum(pages, runs * together)  # the wave's pages
+        n_wave = wave.wave_pages(runs, together, pages)
         if budget.offload_cap_bytes is not None:  # the offload share serves at most its bytes of the excess
             bare, _ = wave.draw(bare_table, runs, u)
             bare_ideal = wave.draw_ideal(bare_table, runs, u)
