@@ -136,3 +136,13 @@ def over_streams(fn: StreamFn, streams: int):
     ids = jnp.arange(streams, dtype=jnp.int32)
     per_stream = jax.vmap(fn, in_axes=(0, None, None, None, None))
     return lambda seed, knobs, inputs, config: per_stream(ids, seed, knobs, inputs, config)
+
+
+def when_due(due: Callable[[Any], jax.Array], body: Callable[[Any], Any], x: Any) -> Any:
+    """``body(x)`` if ``due(x)`` (a bool[] of one stream), else ``x`` — skipped, not only masked, when no
+    stream of a vmapped batch is due: a ``while_loop`` run at most once (under ``vmap`` a ``cond`` becomes a
+    select and runs ``body`` for every stream; a batched ``while_loop`` runs it while any stream is due,
+    keeping the others' ``x``). For an expensive step that few calls need (a sweep of a store's pages)."""
+    out, _ = jax.lax.while_loop(lambda c: ~c[1] & due(c[0]), lambda c: (body(c[0]), jnp.bool_(True)),
+                                (x, jnp.bool_(False)))
+    return out

@@ -78,3 +78,4 @@ class Salt(IntEnum):
     STORE_GROUP = 152  # the plane group of a session under plane-group placement (words: session)
     STORE_STRIPE_OFFSET = 153  # the stripe start of a session's pages within its group (words: session)
     STORE_PILOT = 154  # the request whose session's group a sampled plane lies in (words: plane)
+    STORE_CUT_ROUND = 155  # a cut's rounding of a session's random pages kept on a plane (words: call, plane, session)

@@ -23,7 +23,7 @@ float32 sums: relative error ``(n + depth)·EPS`` for n terms of ``depth`` round
 now keeps them with Kahan compensation, within that bound). The ideal waves of a pass interpolate the
 two tabulated draws' ideals as the waves are (``wave.draw_ideal``; the reference mirrors it in
 float32), so they take the read waves' bound too. Integer counts (passes, hit and shared tokens,
-retained bytes, forced writebacks, pages, evictions) are exact.
+retained bytes, forced writebacks, pages, evictions, diverged tails) are exact.
 
 A closed loop of the same trace (``closed_runs``: 5 tasks × 8 turns on HBFlex, lifetime labels 4 ms
 wide so that the labels come from the roots' arrivals the loop issues) is compared the same way:
@@ -164,10 +164,12 @@ def _assert_planes_equal(final, k, step, config, where):
     settled first: the engine settles its lazy invalidations only when GC is due)."""
     st, ref = _at(final, k), step.blocks
     assert np.asarray(st.pending_bytes).tolist() == ref.pending and np.asarray(st.pages_written).tolist() == ref.written
+    assert np.asarray(st.position).tolist() == ref.position, where
     pc = config.blocks.store(config.requests.requests).plane
     for j, plane in enumerate(ref.planes):
         got = kv_blocks.settle(jax.tree_util.tree_map(lambda a: a[j], st.planes), pc)
-        for name in ("host_pages", "gc_pages", "erases", "invalidated_pages", "stalled_writes", "capped_writes"):
+        for name in ("host_pages", "gc_pages", "erases", "invalidated_pages", "diverged_pages", "stalled_writes",
+                     "capped_writes"):
             assert int(getattr(got, name)) == getattr(plane, name), f"{name} plane {j} {where}"
         assert np.asarray(got.session_pages).tolist() == plane.session_pages, f"plane {j} {where}"
         assert np.asarray(got.pending_bytes).tolist() == plane.pending, f"plane {j} {where}"
@@ -290,6 +292,9 @@ def test_the_case_exercises_reuse_eviction_gc_and_every_write_path(runs):
         assert (tot.write_stall_us > 0) == (where != "hbflex"), where  # window writes hide in the windows here
     flex, naive, fa = (refs[k][2].hbf_totals() for k in range(3))
     assert refs[1][2].blocks.gc_pages > 0 and naive["gc_us"] > 0  # GC migrated valid pages
+    # later turns keep their session's KV up to whole logical pages (16 tokens): the tails past them die on
+    # naive's planes (random pages reach every plane; HBFlex's 4 cut sessions lie outside its sampled groups)
+    assert all(p.diverged_pages > 0 for p in refs[1][2].blocks.planes)
     assert naive["read_waves"] > 0 and naive["kv_read_stall_us"] > 0  # random placement collides
     assert flex["offloaded_bytes"] > 0 and fa["offloaded_bytes"] > 0
     assert fa["retention_write_bytes"] > 0 and refs[2][1].stall_scale_us > 0  # the DASH write path

@@ -253,3 +253,41 @@ def test_a_call_over_max_writes_is_counted_capped_not_stalled_and_its_rest_waits
     assert float(s.pending_bytes[0]) == pytest.approx(2 * BPP)
     s, n = _write(s, one, jnp.array([0.0]), _clock([0]), knobs, cfg)
     assert (int(n), int(s.capped_writes), int(s.stalled_writes), int(s.host_pages)) == (2, 1, 0, 6)
+
+
+_cut = jax.jit(kb.cut, static_argnums=3)
+
+
+def test_a_cut_kills_a_sessions_pages_from_its_kept_number_on_and_numbers_the_next_from_there():
+    """16 blocks × 4 pages, one class. Session 0 writes 5 pages, session 1 writes 3 (slot order): b0 = 0 0 0 0
+    (numbers 0-3), b1 = 0 1 1 1 (session 0's number 4, session 1's 0-2). Session 0 keeps 2: its numbers 2, 3
+    (b0) and 4 (b1) die at once (valid b0 2, b1 3; 3 pages diverged); its next 2 pages are numbered 2, 3 (b2).
+    Session 1 keeps 5 of its 3: untouched."""
+    cfg = kb.KvBlocksConfig(sessions=2, max_writes=8, n_blocks=16, pages_per_block=4, n_labels=1)
+    knobs = _knobs(cfg, gc_trigger=0.5)
+    both = jnp.array([0, 1], jnp.int32)
+    s, _ = _write(kb.init(cfg), both, BPP * jnp.array([5.0, 3.0]), _clock([0, 0]), knobs, cfg)
+    np.testing.assert_array_equal(np.asarray(s.blocks.payload[:2]), [[0, 1, 2, 3], [4, 0, 1, 2]])
+    s = _cut(s, jnp.array([2, 5], jnp.int32), knobs, cfg)
+    np.testing.assert_array_equal(np.asarray(s.blocks.owner[:2]), [[0, 0, -1, -1], [-1, 1, 1, 1]])
+    np.testing.assert_array_equal(np.asarray(s.blocks.valid[:3]), [2, 3, 0])
+    np.testing.assert_array_equal(np.asarray(s.session_pages), [2, 3])
+    assert int(s.diverged_pages) == 3 == int(s.invalidated_pages)
+    s, _ = _write(s, both[:1], BPP * jnp.array([2.0]), _clock([0]), knobs, cfg)
+    np.testing.assert_array_equal(np.asarray(s.blocks.owner[2, :2]), [0, 0])
+    np.testing.assert_array_equal(np.asarray(s.blocks.payload[2, :2]), [2, 3])
+    assert int(s.session_pages[0]) == 4 == int(_settle(s, cfg).blocks.valid.sum()) - 3
+
+
+def test_a_cut_drops_the_waiting_pages_past_it_and_keeps_a_page_fraction():
+    """4 pages a call at most: session 0's 6.5 pages → 4 written (numbers 0-3), 2.5 wait. Keeping 5 keeps one
+    waiting page and the half; keeping 1 then kills numbers 1-3 and every waiting whole page."""
+    cfg = kb.KvBlocksConfig(sessions=1, max_writes=4, n_blocks=16, pages_per_block=4, n_labels=1)
+    knobs = _knobs(cfg, gc_trigger=0.5)
+    s, n = _write(kb.init(cfg), jnp.array([0], jnp.int32), jnp.array([6.5 * BPP]), _clock([0]), knobs, cfg)
+    assert int(n) == 4 and float(s.pending_bytes[0]) == pytest.approx(2.5 * BPP)
+    s = _cut(s, jnp.array([5], jnp.int32), knobs, cfg)
+    assert float(s.pending_bytes[0]) == pytest.approx(1.5 * BPP) and int(s.diverged_pages) == 0
+    s = _cut(s, jnp.array([1], jnp.int32), knobs, cfg)
+    assert float(s.pending_bytes[0]) == pytest.approx(0.5 * BPP)
+    assert (int(s.session_pages[0]), int(s.diverged_pages), int(s.blocks.valid[0])) == (1, 3, 1)

@@ -49,9 +49,10 @@ def test_a_hit_reuses_min_of_prefix_held_and_prompt_minus_one_and_consumes_the_e
     # session 0 holds 60, session 1 holds 20, session 2 holds 100 (request 5 is put in session 2 here)
     six = dataclasses.replace(SIX, session=jnp.asarray([0, 1, 2, 0, 1, 2], jnp.int32))
     c = cache_with((1, {0: 60, 1: 20, 2: 100}))
-    reused, c = take(c, jnp.asarray([3, 4, 5, -1], jnp.int32), jnp.asarray([True, True, True, False]), six)
+    reused, held, c = take(c, jnp.asarray([3, 4, 5, -1], jnp.int32), jnp.asarray([True, True, True, False]), six)
     # 3: min(50, 60, 79) = 50 (10 freed); 4: min(30, 20, 39) = 20; 5: min(90, 100, 89) = 89 (11 freed)
     assert reused.tolist() == [50, 20, 89, 0]
+    assert held.tolist() == [60, 20, 100, 0]  # the entries each took: their tails past reused die
     assert c.tokens.tolist() == [0] * 6  # each entry handed to its request
     assert tally_value(c.hit_tokens) == 159 and tally_value(c.prompt_tokens) == 210
     assert tally_value(c.freed_tokens) == 21 and int(c.evicted) == 0
@@ -61,16 +62,17 @@ def test_a_hit_reuses_min_of_prefix_held_and_prompt_minus_one_and_consumes_the_e
 def test_two_new_turns_of_one_session_only_the_earliest_gets_the_hit():
     c = cache_with((1, {0: 60, 1: 20, 2: 100}))
     # request 5 sits in an earlier slot than request 3; both are session 0; slot 2 holds 4 but is not new
-    reused, c = take(c, jnp.asarray([5, 3, 4], jnp.int32), jnp.asarray([True, True, False]), SIX)
+    reused, held, c = take(c, jnp.asarray([5, 3, 4], jnp.int32), jnp.asarray([True, True, False]), SIX)
     assert reused.tolist() == [0, 50, 0]  # request 3 arrived first: min(50, 60, 79)
+    assert held.tolist() == [0, 60, 0]
     assert c.tokens.tolist() == [0, 20, 100, 0, 0, 0]  # session 1's entry untouched: its slot is not new
     assert tally_value(c.hit_tokens) == 50 and tally_value(c.prompt_tokens) == 170
     assert tally_value(c.freed_tokens) == 10
 
 
 def test_an_empty_entry_gives_no_hit():
-    reused, c = take(kv_cache.init(6), jnp.asarray([3, 4], jnp.int32), jnp.asarray([True, True]), SIX)
-    assert reused.tolist() == [0, 0] and tally_value(c.freed_tokens) == 0 and tally_value(c.prompt_tokens) == 120
+    reused, held, c = take(kv_cache.init(6), jnp.asarray([3, 4], jnp.int32), jnp.asarray([True, True]), SIX)
+    assert reused.tolist() == [0, 0] and held.tolist() == [0, 0] and tally_value(c.freed_tokens) == 0 and tally_value(c.prompt_tokens) == 120
 
 
 def test_retain_makes_the_whole_kv_the_sessions_entry_and_frees_what_it_replaces():
@@ -159,7 +161,8 @@ def cache_mechanism(requests: Requests, mode: str, keep: bool) -> batching.Mecha
     """Stateless unit pass time; a finished request's prompt + output retained (if ``keep``); a new
     request takes its session's entry."""
     def admit(c, st, new):
-        return kv_cache.take(c, st.slots.request, new, requests)
+        reused, _, c = kv_cache.take(c, st.slots.request, new, requests)
+        return reused, c
 
     def iteration(c, st, b, i):
         us = batching.iteration_us(b, tokens_pass_us, mode, i)

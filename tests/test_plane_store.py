@@ -113,29 +113,35 @@ def test_pilot_planes_lie_in_their_sessions_group_and_cover_its_stripes():
 SMALL = dict(blocks_per_plane=32, pages_per_block=4, max_writes=12, n_labels=2, gc_rounds=2)
 
 
-def _drive(config, knobs, session_bytes, evicted, roots_us, pilot=None):
-    """The store over ``calls`` calls: each call's bytes (f32[calls, R]) written, then the evictions
+def _drive(config, knobs, session_bytes, evicted, roots_us, pilot=None, kept=None):
+    """The store over ``calls`` calls: each call's cuts (``kept`` f32[calls, R]: the share of its stored bytes
+    a session keeps, > 1 none; None: no cuts), its bytes (f32[calls, R]) written, then the evictions
     (bool[calls, R]), then GC; returns the final store (``pilot``: ``ps.init``'s)."""
     words = (rng.seed_word(SEED), jnp.int32(1))
     root = Clock(jnp.zeros_like(roots_us, dtype=jnp.int32), roots_us)
+    kept = jnp.full_like(session_bytes, 2.0) if kept is None else kept
 
     def call(st, x):
-        b, e = x
+        b, e, k = x
+        st = ps.cut(words, st, jnp.where(k <= 1.0, k * ps.stored_bytes(st, knobs), jnp.inf), knobs, config)
         st, _ = ps.write(words, st, b, root, knobs, config)
         st = ps.invalidate(st, e, config)
         st, _ = ps.collect(words, st, knobs, config)
         return st, None
 
-    st, _ = jax.lax.scan(call, ps.init(config, pilot), (session_bytes, evicted))
+    st, _ = jax.lax.scan(call, ps.init(config, pilot), (session_bytes, evicted, kept))
     return st
 
 
 def _workload(r, calls, page_bytes, seed):
+    """Bytes f32[calls, R], evictions bool[calls, R] and cuts (the share of its bytes a session keeps, 2: none)
+    f32[calls, R]."""
     g = np.random.default_rng(seed)
     live = g.random((calls, r)) < 0.5
     b = np.where(live, g.integers(0, 30, (calls, r)) * page_bytes * 4.3, 0.0).astype(np.float32)
     e = g.random((calls, r)) < 0.04
-    return b, e
+    kept = np.where(g.random((calls, r)) < 0.08, g.random((calls, r)), 2.0).astype(np.float32)
+    return b, e, kept
 
 
 @pytest.mark.parametrize("placement", ["random", "groups", "groups+labels", "groups+pilots"])
@@ -148,19 +154,25 @@ def test_the_store_equals_its_python_mirror_page_for_page(placement):
                                     group_size=3, lifetime_aware=float(placement == "groups+labels"),
                                     label_interval_us=10.0, gc_trigger=0.7)
     page = float(np.float32(knobs.page_bytes))
-    b, e = _workload(r, calls, page / 6, seed=len(placement))
+    b, e, kept = _workload(r, calls, page / 6, seed=len(placement))
     roots = np.arange(r, dtype=np.float32) * 7.0
     # knobs traced, as the engine passes them (closed over, XLA may fold a division into a reciprocal)
-    st = jax.jit(lambda kn, b, e: _drive(config, kn, b, e, jnp.asarray(roots), pilot))(knobs, jnp.asarray(b), jnp.asarray(e))
+    st = jax.jit(lambda kn, b, e, k: _drive(config, kn, b, e, jnp.asarray(roots), pilot, k))(
+        knobs, jnp.asarray(b), jnp.asarray(e), jnp.asarray(kept))
     ref = href.SampledPlanes(config, knobs, roots.tolist(), (rng.seed_word(SEED), jnp.int32(1)), pilot)
+    f = np.float32
     for k in range(calls):
+        stored = [f(f(pos) * ref.bpp) + pend for pos, pend in zip(ref.position, ref.pending)]  # ps.stored_bytes
+        ref.cut({s: f(kept[k, s] * stored[s]) for s in range(r) if kept[k, s] <= 1.0})
         ref.write(b[k])
         ref.invalidate(np.flatnonzero(e[k]).tolist())
         ref.collect()
     assert np.asarray(st.pending_bytes).tolist() == ref.pending and np.asarray(st.pages_written).tolist() == ref.written
+    assert np.asarray(st.position).tolist() == ref.position
     for j, plane in enumerate(ref.planes):
         got = kv_blocks.settle(jax.tree_util.tree_map(lambda a: a[j], st.planes), config.plane)
-        for name in ("host_pages", "gc_pages", "erases", "invalidated_pages", "stalled_writes", "capped_writes"):
+        for name in ("host_pages", "gc_pages", "erases", "invalidated_pages", "diverged_pages", "stalled_writes",
+                     "capped_writes"):
             assert int(getattr(got, name)) == getattr(plane, name), (name, j)
         assert np.asarray(got.session_pages).tolist() == plane.session_pages, j
         assert np.asarray(got.pending_bytes).tolist() == plane.pending, j  # the pages waiting on the plane
@@ -171,7 +183,8 @@ def test_the_store_equals_its_python_mirror_page_for_page(placement):
     assert float(ps.waf(st)) == ref.waf()
     assert float(ps.package_scale(st, knobs, config)) == ref.package_scale()
     # the case holds what it claims: every plane written and collected, GC moved valid pages
-    assert all(p.host_pages > 0 and p.erases > 0 for p in ref.planes) and ref.gc_pages > 0, [(p.host_pages, p.erases, p.gc_pages, p.stalled_writes) for p in ref.planes]
+    assert all(p.host_pages > 0 and p.erases > 0 and p.diverged_pages > 0 for p in ref.planes) and ref.gc_pages > 0, [
+        (p.host_pages, p.erases, p.gc_pages, p.stalled_writes, p.diverged_pages) for p in ref.planes]
     if placement == "groups+labels":
         assert len(set(ref.label)) == 2
 

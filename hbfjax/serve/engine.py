@@ -312,7 +312,8 @@ def mechanism(words: tuple, knobs: ServeKnobs, config: ServeConfig, parts: tuple
         req = st.slots.request
         finished = (carry.last_request >= 0) & (carry.last_request != req)
         view = AdmitView(state=st, new=new, finished=finished, finished_request=jnp.where(finished, carry.last_request, -1))
-        record = Admission(reused=jnp.zeros(slots, jnp.int32), retired_hbm_tokens=jnp.zeros(slots, jnp.int32))
+        record = Admission(reused=jnp.zeros(slots, jnp.int32), retired_hbm_tokens=jnp.zeros(slots, jnp.int32),
+                           kept_tokens=jnp.full(slots, -1, jnp.int32))
         states, part_totals = list(carry.states), list(carry.part_totals)
         for k, p in enumerate(parts):
             if p.admit is not None:

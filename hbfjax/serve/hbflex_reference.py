@@ -24,8 +24,9 @@ network and the DASH write path), it adds in Python floats and loops what the pa
   ``scan_chunk`` loop steps to the sampled planes (:class:`SampledPlanes`, ``parts.blocks`` and
   ``plane_store``: whole pages of the package placed on each plane as the placement sends them, each
   plane a Python block store, :class:`BlockStore`, with an open block per lifetime class, LRU-evicted
-  sessions' pages stale, greedy GC moving valid pages to the open block of their class); the
-  package's GC time of a chunk (the sampled planes' migrations × their package scale) added to the
+  sessions' pages stale, a session's diverged tail stale when a later turn keeps less of its retained
+  KV (each page numbered in its plane's write order of its session), greedy GC moving valid pages to the
+  open block of their class); the package's GC time of a chunk (the sampled planes' migrations × their package scale) added to the
   next iteration.
 
 The wave's and the routing's uniforms come from JAX (hashes), as does the tabulated wave law of the
@@ -194,20 +195,20 @@ class SessionCache:
             self.retained += 1
 
     def take(self, new: list, prefix: list, prompt: list) -> list:
-        """Reused tokens of each new request (``new``: (request, session)); the earliest request of a
-        session gets the hit, every new request's session entry is consumed."""
+        """(reused, held) tokens of each new request (``new``: (request, session)): the earliest request
+        of a session gets the hit and the entry's tokens, every new request's session entry is consumed."""
         first = {}
         for q, s in new:
             first[s] = min(first.get(s, q), q)
-        reused = []
+        out = []
         for q, s in new:
             held = self.tokens.get(s, 0) if first[s] == q else 0
-            reused.append(max(min(prefix[q], held, prompt[q] - 1), 0) if first[s] == q else 0)
+            out.append((max(min(prefix[q], held, prompt[q] - 1), 0) if first[s] == q else 0, held))
         for q, s in new:
             self.tokens.pop(s, None)
-        self.hit_tokens += sum(reused)
+        self.hit_tokens += sum(r for r, _ in out)
         self.prompt_tokens += sum(prompt[q] for q, _ in new)
-        return reused
+        return out
 
     def evict(self, running: int, capacity: int, threshold: float) -> list:
         """Sessions evicted, least recently retained first, while running + held exceed the limit."""
@@ -246,12 +247,13 @@ class BlockStore:
         self.bpp, self.trigger, self.target = f(bk.bytes_per_page), f(bk.gc_trigger), f(bk.gc_target)
         self.aware, self.interval = float(np.asarray(bk.lifetime_aware)) > 0.5, f(bk.label_interval_us)
         self.label = [self.label_of(t) for t in root_start_us]
-        self.owner = [[None] * k for _ in range(b)]  # (session, generation) or None (stale, unwritten)
+        self.owner = [[None] * k for _ in range(b)]  # (session, generation, number) or None (stale, unwritten)
         self.valid, self.status, self.block_class, self.erase_count = [0] * b, [_FREE] * b, [-1] * b, [0] * b
         self.ring = collections.deque(range(b))  # the free pool, in ring order
         self.open_block, self.open_ptr = [-1] * c, [k] * c
         self.pending, self.generation, self.session_pages = [f(0.0)] * self.r, [0] * self.r, [0] * self.r
         self.host_pages = self.gc_pages = self.invalidated_pages = self.stalled_writes = self.capped_writes = 0
+        self.diverged_pages = 0
         self.overflow = self.unsettled = False
 
     def label_of(self, root_start_us) -> int:
@@ -307,7 +309,8 @@ class BlockStore:
         for s, w in enumerate(want):
             count = min(w, left)
             left -= count
-            pages += [((s, self.generation[s]), self.label[s])] * count
+            first = self.session_pages[s]  # the session's pages here are numbered in write order
+            pages += [((s, self.generation[s], first + i), self.label[s]) for i in range(count)]
             self.pending[s] = f(self.pending[s] - f(count) * self.bpp)
             self.session_pages[s] += count
         self._append(pages)
@@ -319,6 +322,26 @@ class BlockStore:
             self.invalidated_pages += self.session_pages[s]
             self.generation[s] += 1
             self.session_pages[s], self.pending[s] = 0, np.float32(0.0)
+
+    def cut(self, keep: list) -> None:
+        """Session s keeps its first ``keep[s]`` pages (−1: untouched; kv_blocks.cut): the written ones numbered
+        from keep[s] on go stale, its waiting whole pages past keep[s] are dropped."""
+        f = np.float32
+        for s, kept in enumerate(keep):
+            if kept < 0:
+                continue
+            written, waiting = self.session_pages[s], int(np.floor(self.pending[s] / self.bpp))
+            self.pending[s] = f(self.pending[s] - f(f(waiting - min(max(kept - written, 0), waiting)) * self.bpp))
+            dead = max(written - kept, 0)
+            if dead:
+                for blk, row in enumerate(self.owner):
+                    for i, o in enumerate(row):
+                        if o is not None and o[0] == s and o[1] == self.generation[s] and o[2] >= kept:
+                            row[i] = None
+                            self.valid[blk] -= 1
+            self.session_pages[s] -= dead
+            self.invalidated_pages += dead
+            self.diverged_pages += dead
 
     def collect(self) -> int:
         """Settle the stale pages, then GC to the target (kv_blocks.collect); the pages it moved."""
@@ -394,7 +417,8 @@ class SampledPlanes:
         self.label, self.label_of = self.planes[0].label, self.planes[0].label_of
         for plane in self.planes:
             plane.label = self.label  # one list: a closed loop sets a root's label on every plane
-        self.pending, self.written = [f(0.0)] * self.r, [0] * self.r
+        self.pending, self.written, self.position = [f(0.0)] * self.r, [0] * self.r, [0] * self.r
+        self.words = words
         self.calls = 0
         groups = max(int(np.floor(float(self.n) / self.g)), 1)
         session = jnp.arange(self.r, dtype=jnp.int32)
@@ -434,7 +458,7 @@ class SampledPlanes:
                 pos = self.stripe[j]
                 for s, n in enumerate(new):
                     if n and self.group[s] == self.plane_group[j]:
-                        first = self.written[s]
+                        first = self.position[s]
                         out[j][s] = sum((k + self.offset[s]) % self.g == pos for k in range(first, first + n))
             return out
         u, z = (np.asarray(a) for a in self._hashes(jnp.int32(self.calls)))
@@ -453,13 +477,47 @@ class SampledPlanes:
             self.placed += sum(placed)
         self.pending = [f(p - f(n) * self.bpp) for p, n in zip(pending, new)]
         self.written = [w + n for w, n in zip(self.written, new)]
+        self.position = [w + n for w, n in zip(self.position, new)]
         self.calls += 1
 
     def invalidate(self, evicted: list) -> None:
         for plane in self.planes:
             plane.invalidate(evicted)
         for s in evicted:
-            self.pending[s] = np.float32(0.0)
+            self.pending[s], self.position[s] = np.float32(0.0), 0
+
+    def cut(self, keep_bytes: dict) -> None:
+        """Session s keeps its first ``keep_bytes[s]`` bytes (plane_store.cut): the pages each plane keeps
+        (plane_store.kept_pages: a stripe's pages below the cut; random pages a share of the plane's,
+        stochastically rounded with the engine's uniforms), the rest stale; its next page the cut's."""
+        f = np.float32
+        if not keep_bytes:
+            return
+        keep = {}
+        for s, kb in keep_bytes.items():
+            kb = f(kb)
+            if kb < f(f(self.position[s]) * self.bpp) + self.pending[s]:  # plane_store.stored_bytes
+                keep[s] = int(np.floor(kb / self.bpp))
+                self.pending[s] = f(kb - f(keep[s]) * self.bpp)
+        if not keep:
+            return
+        u = None if self.grouped else np.asarray(rng.uniform01(rng.mix(
+            *self.words, jnp.int32(self.calls), jnp.arange(self.np, dtype=jnp.int32)[:, None],
+            jnp.arange(self.r, dtype=jnp.int32)[None, :], Salt.STORE_CUT_ROUND)))
+        for j, plane in enumerate(self.planes):
+            per = [-1] * self.r
+            for s, m in keep.items():
+                if self.grouped:
+                    mine = self.group[s] == self.plane_group[j]
+                    pos = (self.stripe[j] - self.offset[s]) % self.g  # pages k < m with k = pos (mod G)
+                    per[s] = (m - pos + self.g - 1) // self.g if mine and m > pos else 0
+                else:
+                    on_plane = plane.session_pages[s] + int(np.floor(plane.pending[s]))
+                    share = f(f(m) / f(max(self.position[s], 1))) if self.position[s] > 0 else f(0.0)
+                    per[s] = min(int(np.floor(f(f(on_plane) * share) + f(u[j, s]))), on_plane)
+            plane.cut(per)
+        for s, m in keep.items():
+            self.position[s] = m
 
     def collect(self) -> int:
         """GC on every plane; the pages migrated on the sampled planes."""
@@ -534,7 +592,8 @@ class HbflexStep(reference.ServeStep):
         self.prompt, self.output = host(reqs.prompt_tokens), host(reqs.output_tokens)
         self.cache, self.buffer_bytes, self.gc_pending_us, self.running_kv = SessionCache(), 0.0, 0.0, 0
         self.hbf = dict.fromkeys(HBF_FIELDS, 0.0)
-        self.block_bytes = {}  # session -> KV bytes put in HBF since the last chunk
+        self.block_tokens = {}  # session -> KV tokens put in HBF since the last chunk (parts.blocks)
+        self.stored_tokens, self.cut_tokens = {}, {}  # session -> its KV tokens in the store; the fewest kept
         self.last_requests = [-1] * config.batcher.slots
         # the sampled planes, one page the room's share of a plane (parts.blocks.store_knobs)
         self.sc = config.blocks.store(sessions=config.requests.requests)
@@ -560,7 +619,7 @@ class HbflexStep(reference.ServeStep):
                     for q, r in zip(self.last_requests, requests) if q >= 0 and q != r and retains]
         self.cache.retain([(s, c) for s, c, _ in finished])
         for s, _, moved in finished:  # HBM-resident KV moved to HBF to be retained
-            self.block_bytes[s] = self.block_bytes.get(s, 0.0) + moved * self.m.kv_token
+            self.block_tokens[s] = self.block_tokens.get(s, 0) + moved
         self.hbf["retention_write_bytes"] += sum(moved for _, _, moved in finished) * self.m.kv_token
         pairs = [(q, self.session[q]) for q, n in zip(requests, new) if n and q >= 0]
         taken = iter(self.cache.take(pairs, self.prefix, self.prompt))
@@ -569,13 +628,19 @@ class HbflexStep(reference.ServeStep):
             if not (n and q >= 0):
                 reused.append(0)
                 continue
-            got = next(taken)
+            got, held = next(taken)
             s = self.session[q]
             running = max([kv for j, (r, kv) in enumerate(zip(requests, kv_tokens))
                            if r >= 0 and not new[j] and self.session[r] == s], default=0)
             shared = max(min(self.prefix[q], running, self.prompt[q] - 1) - got, 0) if retains else 0
             self.hbf["shared_hit_tokens"] += shared
             reused.append((got + shared) // self.tokens_per_page * self.tokens_per_page)
+            if held > 0:  # the entry's tail past the reuse diverges (parts.blocks.diverge)
+                kept, base = min(reused[-1], held), min(self.stored_tokens.get(s, 0), self.cut_tokens.get(s, 2**31 - 1))
+                ahead = self.block_tokens.get(s, 0)
+                self.block_tokens[s] = min(max(kept - base, 0), ahead)
+                if kept < base:
+                    self.cut_tokens[s] = kept
         self.hbf["hit_tokens"] += sum(reused)
         return reused
 
@@ -628,7 +693,7 @@ class HbflexStep(reference.ServeStep):
                     int(bool(batch.decode_mask[i]))
                 new = max(after - self.hbm.get(q, 0) - hbf_before[q], 0)
                 s = self.session[q]
-                self.block_bytes[s] = self.block_bytes.get(s, 0.0) + new * m.kv_token
+                self.block_tokens[s] = self.block_tokens.get(s, 0) + new
         per_token = m.kv_token
         values = dict(
             busy_us=us, prefill_write_bytes=ps.chunk_tokens * per_token if self.all_hbf else to_hbf * per_token,
@@ -657,13 +722,21 @@ class HbflexStep(reference.ServeStep):
     def every_chunk(self) -> None:
         """Plane writes, LRU eviction, GC; the package's moved pages (the sampled planes' × their package
         scale) read and programmed again, their time added to the next iteration."""
+        f = np.float32
+        self.blocks.cut({s: f(f(c) * f(self.m.kv_token)) for s, c in self.cut_tokens.items()
+                         if c < self.stored_tokens.get(s, 0)})
         new_bytes = np.zeros(self.blocks.r, np.float32)
-        for s, b in self.block_bytes.items():
-            new_bytes[s] = b
-        self.block_bytes = {}
+        for s, t in self.block_tokens.items():
+            new_bytes[s] = f(f(t) * f(self.m.kv_token))
         self.blocks.write(new_bytes)
         evicted = self.cache.evict(self.running_kv, self.room_tokens, self.p["evict_threshold"])
         self.blocks.invalidate(evicted)
+        for s in set(self.block_tokens) | set(self.cut_tokens):
+            self.stored_tokens[s] = min(self.stored_tokens.get(s, 0), self.cut_tokens.get(s, 2**31 - 1)) + \
+                self.block_tokens.get(s, 0)
+        for s in evicted:
+            self.stored_tokens[s] = 0
+        self.block_tokens, self.cut_tokens = {}, {}
         f = np.float32
         moved_pages = self.blocks.collect()
         moved_bytes = float(f(moved_pages) * f(self.blocks.package_scale()) * f(self.sk.page_bytes))

@@ -23,6 +23,15 @@ recounts the per-block valid pages, so greedy victims and migrations are exact a
 per-session count ``session_pages`` is exact at all times (``valid_fraction``). Tags are int32: a
 session may be evicted up to 2^(31 − tag_bits) − 1 times.
 
+**Diverged tails** (HBFlex §5.4: a later turn that diverges from its session's retained KV frees the
+entry past the shared prefix). Each page carries its *number*, its place among its session's pages in
+this store in write order (``gc.BlockState.payload``, kept through GC's migrations); a session's live
+pages are numbered 0 … ``session_pages`` − 1, so ``session_pages`` is also the next page's number.
+:func:`cut` keeps a session's first ``keep`` pages: the written ones numbered ``keep`` and on go stale
+at once (one sweep of the pages, skipped when no stream has a tail to kill), its waiting pages past
+``keep`` are dropped, and its next page is numbered ``keep``. Eviction (a generation bump) restarts the
+numbering at 0.
+
 **Cost.** ``write`` is O(slots + max_writes) and ``invalidate`` O(R), but ``collect`` (through
 ``settle``) reads every page: call it every ``collect_every`` iterations (a chunk boundary); the
 trigger's reserve then covers ``collect_every`` calls of ``write``. Measured (XLA CPU, 2 shared cores,
@@ -41,6 +50,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from hbfjax import batch
 from hbfjax.clock import Clock
 from hbfjax.flash.erase import gc
 from hbfjax.flash.erase.gc import BlockConfig, BlockState
@@ -138,11 +148,14 @@ class KvBlocksKnobs:
 class KvBlocks(NamedTuple):
     """One stream's KV block store. R = sessions."""
 
-    blocks: BlockState  # owner tags gen << tag_bits | session; valid counts exact after ``settle``
+    blocks: BlockState  # owner tags gen << tag_bits | session, payload the page's number; valid counts exact
+    #   after ``settle``
     pending_bytes: jax.Array  # f32[R] written bytes of each session not yet a whole scaled page
     generation: jax.Array  # int32[R] evictions of each session so far (older tags are stale)
-    session_pages: jax.Array  # int32[R] valid scaled pages of each session (exact at all times)
-    invalidated_pages: jax.Array  # int32[] pages made stale by eviction, cumulative
+    session_pages: jax.Array  # int32[R] valid scaled pages of each session (exact at all times), numbered
+    #   0 … session_pages − 1: the next page's number
+    invalidated_pages: jax.Array  # int32[] pages made stale by eviction or a cut, cumulative
+    diverged_pages: jax.Array  # int32[] of those, pages made stale by a cut (diverged tails), cumulative
     stalled_writes: jax.Array  # int32[] write calls that the free pool cut short (GC fell behind)
     capped_writes: jax.Array  # int32[] write calls that ``max_writes`` cut short (the free pool had room)
 
@@ -166,9 +179,10 @@ class KvBlocks(NamedTuple):
 def init(config: KvBlocksConfig) -> KvBlocks:
     """An erased store, no session written."""
     r = config.sessions
-    return KvBlocks(blocks=gc.init_state(config.blocks), pending_bytes=jnp.zeros(r, jnp.float32),
+    return KvBlocks(blocks=gc.init_state(config.blocks, payload=True), pending_bytes=jnp.zeros(r, jnp.float32),
                     generation=jnp.zeros(r, jnp.int32), session_pages=jnp.zeros(r, jnp.int32),
-                    invalidated_pages=jnp.int32(0), stalled_writes=jnp.int32(0), capped_writes=jnp.int32(0))
+                    invalidated_pages=jnp.int32(0), diverged_pages=jnp.int32(0), stalled_writes=jnp.int32(0),
+                    capped_writes=jnp.int32(0))
 
 
 def lifetime_label(root_start: Clock, knobs: KvBlocksKnobs, config: KvBlocksConfig) -> jax.Array:
@@ -190,11 +204,14 @@ def _first_of_session(session: jax.Array, r: int) -> jax.Array:
     return (session >= 0) & (first[idx] == slot)
 
 
-def _expand(count: jax.Array, n: int) -> tuple[jax.Array, jax.Array]:
-    """Per-slot counts int32[B] → (slot of each of n entries int32[n], entry used bool[n]); O(n + B)."""
+def _expand(count: jax.Array, n: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Per-slot counts int32[B] → (slot of each of n entries int32[n], entry used bool[n], the entry's index
+    among its slot's int32[n]); O(n + B)."""
     start = jnp.cumsum(count) - count
     mark = jnp.zeros(n, jnp.int32).at[start].add(1, mode="drop")
-    return jnp.cumsum(mark) - 1, jnp.arange(n, dtype=jnp.int32) < count.sum()
+    slot = jnp.cumsum(mark) - 1
+    entry = jnp.arange(n, dtype=jnp.int32)
+    return slot, entry < count.sum(), entry - start[jnp.clip(slot, 0, count.shape[0] - 1)]
 
 
 def write(state: KvBlocks, session: jax.Array, new_bytes: jax.Array, root_start: Clock, knobs: KvBlocksKnobs,
@@ -203,7 +220,8 @@ def write(state: KvBlocks, session: jax.Array, new_bytes: jax.Array, root_start:
     ``root_start`` Clock[B] (start of the slot's session root).
 
     Each session's bytes accumulate in ``pending_bytes``; its whole scaled pages are appended in slot
-    order with owner tag = gen << tag_bits | session and class = its label if ``lifetime_aware`` else 0 — at most
+    order with owner tag = gen << tag_bits | session, numbered on from ``session_pages``, and class = its
+    label if ``lifetime_aware`` else 0 — at most
     ``max_writes`` pages per call, and never more than the free pool holds beyond the blocks GC needs
     (the host waits for GC: the rest stays pending for the next call, and ``stalled_writes`` counts
     the call; a call cut short by ``max_writes`` alone counts in ``capped_writes``). So the pool never
@@ -222,13 +240,13 @@ def write(state: KvBlocks, session: jax.Array, new_bytes: jax.Array, root_start:
     short = want.sum() > room
     stalled, capped = short & (room < n), short & (room >= n)
 
-    slot, used = _expand(count, n)
+    slot, used, nth = _expand(count, n)
     slot = jnp.clip(slot, 0, session.shape[0] - 1)
     sess = jnp.clip(session[slot], 0, r - 1)
     owner = (state.generation[sess] << config.tag_bits) | sess
     aware = knobs.lifetime_aware > 0.5
     cls = jnp.where(aware, lifetime_label(root_start, knobs, config), 0)[slot]
-    blocks, _, _ = gc.append(state.blocks, owner, cls, used, config.blocks)
+    blocks, _, _ = gc.append(state.blocks, owner, cls, used, config.blocks, state.session_pages[sess] + nth)
     wrote = count.sum()
     blocks = dataclasses.replace(blocks, host_pages=blocks.host_pages + wrote)
     written = jnp.zeros(r + 1, jnp.int32).at[jnp.where(count > 0, idx, r)].add(count)[:r]
@@ -248,6 +266,32 @@ def invalidate(state: KvBlocks, evicted: jax.Array, config: KvBlocksConfig) -> K
                           session_pages=jnp.where(evicted, 0, state.session_pages),
                           pending_bytes=jnp.where(evicted, 0.0, state.pending_bytes),
                           invalidated_pages=state.invalidated_pages + gone)
+
+
+def cut(state: KvBlocks, keep: jax.Array, knobs: KvBlocksKnobs, config: KvBlocksConfig) -> KvBlocks:
+    """Each session ``s`` with ``0 <= keep[s]`` (int32[R]; −1: untouched) keeps its first ``keep[s]`` pages
+    (module docstring, diverged tails): its written pages numbered ``keep[s]`` and on go stale now (one sweep
+    of the pages, run only when a page is to die), its waiting pages past ``keep[s]`` are dropped (whole
+    pages; the fraction of a page waits on), and its next page is numbered ``min(session_pages, keep)``."""
+    cutting = keep >= 0
+    keep = jnp.where(cutting, keep, jnp.iinfo(jnp.int32).max)
+    written = state.session_pages
+    waiting = jnp.floor(state.pending_bytes / knobs.bytes_per_page)  # whole pages waiting
+    kept_waiting = jnp.clip(keep - written, 0, waiting).astype(jnp.float32)
+    dead = jnp.maximum(written - keep, 0)  # int32[R] written pages past keep: live, numbered keep … written − 1
+
+    def sweep(st: BlockState) -> BlockState:
+        owner = st.owner
+        session = tag_sessions(owner, config)
+        die = live_tags(owner, session, state.generation, config) & (st.payload >= keep[session])
+        return dataclasses.replace(st, owner=jnp.where(die, -1, owner), valid=st.valid - die.sum(axis=1, dtype=jnp.int32))
+
+    blocks = batch.when_due(lambda _: dead.sum() > 0, sweep, state.blocks)
+    return state._replace(blocks=blocks, session_pages=written - dead,
+                          pending_bytes=state.pending_bytes - jnp.where(cutting, waiting - kept_waiting, 0.0)
+                          * knobs.bytes_per_page,
+                          invalidated_pages=state.invalidated_pages + dead.sum(),
+                          diverged_pages=state.diverged_pages + dead.sum())
 
 
 def tag_sessions(owner: jax.Array, config: KvBlocksConfig) -> jax.Array:

@@ -117,10 +117,12 @@ def _first_of(key: jax.Array, mask: jax.Array, order: jax.Array, size: int) -> j
     return mask & (least[key] == order)
 
 
-def take(cache: SessionCache, request_idx: jax.Array, new: jax.Array, requests: Requests) -> tuple[jax.Array, SessionCache]:
-    """At admission: ``(reused int32[B], cache)`` for slots that just received request ``request_idx``
-    (``new`` bool[B]; other slots reuse 0 and change nothing). HBFlex §5.4: the session's retained KV
-    serves the request's reusable prefix; the entry is consumed, its tokens past the hit freed."""
+def take(cache: SessionCache, request_idx: jax.Array, new: jax.Array,
+         requests: Requests) -> tuple[jax.Array, jax.Array, SessionCache]:
+    """At admission: ``(reused int32[B], held int32[B], cache)`` for slots that just received request
+    ``request_idx`` (``new`` bool[B]; other slots reuse 0 and change nothing): ``held`` the session entry's
+    tokens each took (0: none). HBFlex §5.4: the session's retained KV serves the request's reusable prefix;
+    the entry is consumed, its tokens past the hit freed."""
     r_count = cache.tokens.shape[0]
     r = jnp.clip(request_idx, 0, r_count - 1)
     new = new & (request_idx >= 0) & requests.valid[r]
@@ -131,7 +133,7 @@ def take(cache: SessionCache, request_idx: jax.Array, new: jax.Array, requests: 
     reused = jnp.clip(jnp.minimum(jnp.minimum(requests.prefix_tokens[r], held), prompt - 1), 0, None)
     reused = jnp.where(first, reused, 0)
     tokens = cache.tokens.at[jnp.where(new, session, r_count)].set(0, mode="drop")
-    return reused, cache._replace(
+    return reused, held, cache._replace(
         tokens=tokens, freed_tokens=tally_add(cache.freed_tokens, (held - reused).sum(dtype=jnp.int32)),
         hit_tokens=tally_add(cache.hit_tokens, reused.sum(dtype=jnp.int32)),
         prompt_tokens=tally_add(cache.prompt_tokens, jnp.where(new, prompt, 0).sum(dtype=jnp.int32)))

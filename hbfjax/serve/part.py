@@ -65,6 +65,8 @@ class Admission(NamedTuple):
 
     reused: jax.Array  # int32[B] KV tokens of each new request already held, not prefilled nor reserved
     retired_hbm_tokens: jax.Array  # int32[B] HBM-resident KV tokens of each finished request (tiers)
+    kept_tokens: jax.Array  # int32[B] a new request whose session's retained KV it took keeps this much of it (its
+    #   reused tokens), the rest (the diverged tail) dies (sessions); −1: no retained KV taken
 
 
 class PassView(NamedTuple):

@@ -24,7 +24,12 @@ them to the sampled planes as the placement does:
 
 Within a plane, the pages of all sessions writing in a call interleave in its open blocks (one frontier
 per lifetime label with ``lifetime_aware``, else one), in session order. Eviction kills a session's
-pages on every plane; GC runs per plane. Pages a plane cannot take yet wait on that plane: calls
+pages on every plane; :func:`cut` keeps only a session's first bytes (a later turn that diverges from
+its retained KV, HBFlex §5.4): its pages past them die on every plane (``kv_blocks.cut``: a plane's
+pages of a session are numbered in write order; a stripe's pages past the cut are exactly those numbered
+from its stripe count below the cut, random pages keep a share of their plane's count in proportion,
+stochastically rounded, as their places along the session's KV are uniform), and its next page is
+the first past them. GC runs per plane. Pages a plane cannot take yet wait on that plane: calls
 whose pages waited because GC was behind count in ``stalled_writes``, those with more than
 ``max_writes`` pages for the plane (and room for them) in ``capped_writes``.
 GC runs on a plane once its used pages pass the trigger, so until the room has filled a call costs
@@ -53,7 +58,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hbfjax import rng
+from hbfjax import batch, rng
 from hbfjax.clock import Clock
 from hbfjax.salts import Salt
 from hbfjax.flash.disturb import counters
@@ -128,7 +133,9 @@ class PlaneStore(NamedTuple):
 
     planes: kv_blocks.KvBlocks  # [P] each plane's store; its pending "bytes" are the pages waiting on it
     pending_bytes: jax.Array  # f32[R] a session's new bytes not yet a whole page of the package
-    pages_written: jax.Array  # int32[R] whole pages of the package each session has written (stripe position)
+    pages_written: jax.Array  # int32[R] whole pages of the package each session has written, cumulative
+    position: jax.Array  # int32[R] package pages of each session's KV now: the next page's index (its stripe
+    #   position); a cut sets it to the pages kept, eviction to 0
     calls: jax.Array  # int32[] write calls so far (a word of the placement draws)
     pilot: jax.Array  # int32[P] the session whose plane group sampled plane j lies in; -1: the package's plane j
     placed: jax.Array  # int32[] pages sent to the sampled planes so far (programmed or waiting)
@@ -142,7 +149,8 @@ def init(config: PlaneStoreConfig, pilot: jax.Array | None = None, count_reads: 
     one = kv_blocks.init(config.plane)
     pilot = jnp.full(p, -1, jnp.int32) if pilot is None else jnp.asarray(pilot, jnp.int32).reshape(p)
     return PlaneStore(planes=jax.tree.map(lambda x: jnp.broadcast_to(x, (p,) + x.shape), one),
-                      pending_bytes=jnp.zeros(r, jnp.float32), pages_written=jnp.zeros(r, jnp.int32), calls=jnp.int32(0),
+                      pending_bytes=jnp.zeros(r, jnp.float32), pages_written=jnp.zeros(r, jnp.int32),
+                      position=jnp.zeros(r, jnp.int32), calls=jnp.int32(0),
                       pilot=pilot, placed=jnp.int32(0),
                       reads=counters.init((config.read_counter_planes, config.blocks_per_plane))
                       if count_reads else None)
@@ -202,6 +210,20 @@ def placed_pages(words: tuple, new_pages: jax.Array, pages_before: jax.Array, ca
     mean = new_pages.astype(jnp.float32)[None, :] / knobs.package_planes
     random = poisson(h(Salt.STORE_PLANE_PAGES, call, plane, session), h(Salt.STORE_PLANE_NORMAL, call, plane, session),
                      jnp.broadcast_to(mean, (p, r)))
+    mine, position = stripes(words, knobs, config, pilot)
+    striped = jnp.where(mine, stripe_pages(pages_before[None, :], new_pages[None, :], position, group_size(knobs)), 0)
+    return jnp.where(knobs.grouped > 0.5, striped, random)
+
+
+def stripes(words: tuple, knobs: PlaneStoreKnobs, config: PlaneStoreConfig,
+            pilot: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+    """(bool[P, R] each sampled plane lies in each session's plane group, int32[P, R] which k mod G of the
+    session's pages land on it) under plane-group placement (module docstring; ``pilot`` as
+    :func:`placed_pages`')."""
+    p, r = config.planes, config.sessions
+    plane = jnp.arange(p, dtype=jnp.int32)[:, None]
+    session = jnp.arange(r, dtype=jnp.int32)[None, :]
+    h = lambda salt, *w: rng.mix(*words, *w, salt)  # noqa: E731
     g, n_groups = group_size(knobs), groups(knobs)
     group_of = lambda s: rng.below(h(Salt.STORE_GROUP, s), n_groups).astype(jnp.int32)  # noqa: E731
     pilot = jnp.full((p, 1), -1, jnp.int32) if pilot is None else pilot.reshape(p, 1)
@@ -210,9 +232,7 @@ def placed_pages(words: tuple, new_pages: jax.Array, pages_before: jax.Array, ca
     stripe = jnp.where(piloted, plane % g, (plane // n_groups) % g)  # [P, 1] the plane's position in its group
     mine = group_of(session) == plane_group  # [P, R]
     offset = rng.below(h(Salt.STORE_STRIPE_OFFSET, session), g).astype(jnp.int32)  # [1, R]
-    position = jnp.mod(stripe - offset, g)  # [P, R] which k mod G land on this plane
-    striped = jnp.where(mine, stripe_pages(pages_before[None, :], new_pages[None, :], position, g), 0)
-    return jnp.where(knobs.grouped > 0.5, striped, random)
+    return mine, jnp.mod(stripe - offset, g)
 
 
 def write(words: tuple, state: PlaneStore, session_bytes: jax.Array, root_start: Clock, knobs: PlaneStoreKnobs,
@@ -223,19 +243,58 @@ def write(words: tuple, state: PlaneStore, session_bytes: jax.Array, root_start:
     bk, bc = knobs.blocks, config.plane
     pending = state.pending_bytes + session_bytes
     new = jnp.floor(pending / knobs.page_bytes).astype(jnp.int32)
-    placed = placed_pages(words, new, state.pages_written, state.calls, knobs, config, state.pilot)
+    placed = placed_pages(words, new, state.position, state.calls, knobs, config, state.pilot)
     session = jnp.arange(config.sessions, dtype=jnp.int32)
     planes, wrote = jax.vmap(lambda st, pages: kv_blocks.write(st, session, pages, root_start, bk, bc))(
         state.planes, placed.astype(jnp.float32))
     return state._replace(planes=planes, pending_bytes=pending - new.astype(jnp.float32) * knobs.page_bytes,
-                          pages_written=state.pages_written + new, calls=state.calls + 1,
+                          pages_written=state.pages_written + new, position=state.position + new,
+                          calls=state.calls + 1,
                           placed=state.placed + placed.sum()), wrote.sum()
 
 
 def invalidate(state: PlaneStore, evicted: jax.Array, config: PlaneStoreConfig) -> PlaneStore:
     """The ``evicted`` sessions' (bool[R]) pages die on every plane, waiting ones included."""
     planes = jax.vmap(lambda st: kv_blocks.invalidate(st, evicted, config.plane))(state.planes)
-    return state._replace(planes=planes, pending_bytes=jnp.where(evicted, 0.0, state.pending_bytes))
+    return state._replace(planes=planes, pending_bytes=jnp.where(evicted, 0.0, state.pending_bytes),
+                          position=jnp.where(evicted, 0, state.position))
+
+
+def stored_bytes(state: PlaneStore, knobs: PlaneStoreKnobs) -> jax.Array:
+    """f32[R] each session's KV bytes in the store now: its whole pages placed and the fraction pending."""
+    return state.position.astype(jnp.float32) * knobs.page_bytes + state.pending_bytes
+
+
+def kept_pages(words: tuple, state: PlaneStore, keep: jax.Array, knobs: PlaneStoreKnobs,
+               config: PlaneStoreConfig) -> jax.Array:
+    """int32[P, R] the pages each sampled plane keeps of each session when it keeps its first ``keep`` pages
+    of the package (int32[R]; module docstring): a stripe's pages k < keep with k ≡ its position (mod G),
+    none where the plane is not in the session's group; random pages a share ``keep / position`` of the
+    plane's pages of the session (written and waiting), rounded up with a probability of its fraction."""
+    mine, position = stripes(words, knobs, config, state.pilot)
+    striped = jnp.where(mine, stripe_pages(jnp.int32(0), keep[None, :], position, group_size(knobs)), 0)
+    on_plane = state.planes.session_pages + jnp.floor(state.planes.pending_bytes).astype(jnp.int32)  # [P, R]
+    share = jnp.where(state.position > 0, keep / jnp.maximum(state.position, 1).astype(jnp.float32), 0.0)
+    p, r = config.planes, config.sessions
+    u = rng.uniform01(rng.mix(*words, state.calls, jnp.arange(p, dtype=jnp.int32)[:, None],
+                              jnp.arange(r, dtype=jnp.int32)[None, :], Salt.STORE_CUT_ROUND))
+    random = jnp.minimum(jnp.floor(on_plane * share[None, :] + u).astype(jnp.int32), on_plane)
+    return jnp.where(knobs.grouped > 0.5, striped, random)
+
+
+def cut(words: tuple, state: PlaneStore, keep_bytes: jax.Array, knobs: PlaneStoreKnobs,
+        config: PlaneStoreConfig) -> PlaneStore:
+    """Each session keeps its first ``keep_bytes`` (f32[R]; +inf or at least its stored bytes: untouched) of
+    KV: its pages past them die on every plane (:func:`kept_pages`, ``kv_blocks.cut``), the page the cut
+    falls in included (its kept bytes wait pending, to be written again), and its next page is the one
+    the cut falls in (module docstring; a later turn diverging from its session's retained KV)."""
+    cutting = keep_bytes < stored_bytes(state, knobs)
+    keep = jnp.floor(jnp.where(cutting, keep_bytes, 0.0) / knobs.page_bytes).astype(jnp.int32)
+    per_plane = jnp.where(cutting[None, :], kept_pages(words, state, keep, knobs, config), -1)
+    planes = jax.vmap(lambda st, k: kv_blocks.cut(st, k, knobs.blocks, config.plane))(state.planes, per_plane)
+    return state._replace(planes=planes, position=jnp.where(cutting, keep, state.position),
+                          pending_bytes=jnp.where(cutting, keep_bytes - keep.astype(jnp.float32) * knobs.page_bytes,
+                                                  state.pending_bytes))
 
 
 def add_reads(state: PlaneStore, reads_per_page: jax.Array, threshold_reads, config: PlaneStoreConfig) -> PlaneStore:
@@ -270,20 +329,18 @@ def collect(words: tuple, state: PlaneStore, knobs: PlaneStoreKnobs, config: Pla
     word); returns (state, pages migrated on the sampled planes int32[]).
 
     Below the trigger nothing is settled (the lazy invalidations wait; ``session_pages`` is exact anyway):
-    the call is a ``while_loop`` run at most once, so a batch of streams none of which is due skips the
-    O(pages) settle (a batched predicate runs the body while any stream is due, masking the others).
+    ``batch.when_due``, so a batch of streams none of which is due skips the O(pages) settle.
     """
     index = jnp.arange(config.planes, dtype=jnp.int32)
 
     def reclaim(c):
-        st, _, _ = c
+        st, _ = c
         planes, moved = jax.vmap(lambda p, j: kv_blocks.collect((*words, j), p, knobs.blocks, config.plane))(
             st.planes, index)
-        return st._replace(planes=planes), jnp.bool_(True), moved.sum()
+        return st._replace(planes=planes), moved.sum()
 
     before = state.planes.blocks.erases
-    state, _, moved = jax.lax.while_loop(lambda c: ~c[1] & gc_due(c[0], knobs, config), reclaim,
-                                         (state, jnp.bool_(False), jnp.int32(0)))
+    state, moved = batch.when_due(lambda c: gc_due(c[0], knobs, config), reclaim, (state, jnp.int32(0)))
     if state.reads is not None:  # an erased block's read counter starts again
         erased = state.planes.blocks.erases > before
         state = state._replace(reads=counters.erase(state.reads, erased[:config.read_counter_planes]))

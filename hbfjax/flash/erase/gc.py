@@ -94,10 +94,13 @@ class BlockState:
     gc_invocations: jax.Array  # int32[] reclaim calls that erased at least one block
     gc_calls: jax.Array  # int32[] reclaim calls (salt of the random victim draw)
     overflow: jax.Array  # bool[] sticky: the free pool ran dry (results after it are not valid)
+    payload: jax.Array | None = None  # int32[B, K] a word each page carries (a logical page number, say),
+    #   written with its tag and moved with it by GC; meaningful where the tag is >= 0; None: no payload
 
 
-def init_state(config: BlockConfig) -> BlockState:
-    """An erased device: every block free, in index order on the ring."""
+def init_state(config: BlockConfig, payload: bool = False) -> BlockState:
+    """An erased device: every block free, in index order on the ring; ``payload``: each page carries a word
+    (:attr:`BlockState.payload`, 0 until written)."""
     b, k, c = config.n_blocks, config.pages_per_block, config.n_classes
     i32 = lambda v: jnp.asarray(v, jnp.int32)  # noqa: E731
     return BlockState(
@@ -107,7 +110,7 @@ def init_state(config: BlockConfig) -> BlockState:
         ring=jnp.arange(b, dtype=jnp.int32), head=i32(0), tail=i32(b),
         open_block=jnp.full(c, -1, jnp.int32), open_ptr=jnp.full(c, k, jnp.int32), n_opened=i32(0),
         host_pages=i32(0), migrated_pages=i32(0), gc_invocations=i32(0), gc_calls=i32(0),
-        overflow=jnp.asarray(False))
+        overflow=jnp.asarray(False), payload=jnp.zeros((b, k), jnp.int32) if payload else None)
 
 
 def free_blocks(state: BlockState) -> jax.Array:
@@ -153,11 +156,12 @@ def _within_class_index(cls: jax.Array, write: jax.Array, n_classes: int):
 
 
 def append(state: BlockState, owner: jax.Array, cls: jax.Array, write: jax.Array,
-           config: BlockConfig) -> tuple[BlockState, jax.Array, jax.Array]:
+           config: BlockConfig, payload: jax.Array | None = None) -> tuple[BlockState, jax.Array, jax.Array]:
     """Program a batch of pages, in order, into the open block of each page's class.
 
     ``owner`` int32[n] (tag written; −1 programs a page that is stale at once), ``cls`` int32[n],
-    ``write`` bool[n] (False: no program). A class whose open block fills opens the next free block
+    ``write`` bool[n] (False: no program); ``payload`` int32[n] the pages' words (a state with a payload
+    needs them). A class whose open block fills opens the next free block
     from the ring (HBFlex §5.4: a partially filled block of the same label first, else a new block).
     Returns (state, dest_block int32[n], dest_page int32[n]); unwritten entries get block B (a
     dropped index). Sets ``overflow`` if the pool had too few free blocks.
@@ -179,6 +183,9 @@ def append(state: BlockState, owner: jax.Array, cls: jax.Array, write: jax.Array
 
     # Flat page index blk·K + off: a 1-D scatter (no [n, 2] index array); blk = B lands past the end.
     owner_arr = state.owner.reshape(-1).at[blk * k + off].set(jnp.where(write, owner, -1), mode="drop").reshape(b, k)
+    if state.payload is not None:
+        state = dataclasses.replace(state, payload=state.payload.reshape(-1).at[blk * k + off].set(
+            payload, mode="drop").reshape(b, k))
     valid = state.valid.at[blk].add((write & (owner >= 0)).astype(jnp.int32), mode="drop")
 
     # Blocks opened in this call: slot t is ring position head + t, class = first c with cum > t.
@@ -325,11 +332,12 @@ def reclaim(words: tuple, state: BlockState, target_free_pages: jax.Array, confi
     move = take[:, None] & (pages >= 0)
     cls = jnp.broadcast_to(state.block_class[victims][:, None], pages.shape)
     owners, move_flat = pages.reshape(-1), move.reshape(-1)
+    words = None if state.payload is None else state.payload[victims].reshape(-1)  # moved with their pages
     if c == 1:
         state = _erase(state, victims, take, pages, config)
-        state, dest_blk, dest_page = append(state, owners, cls.reshape(-1), move_flat, config)
+        state, dest_blk, dest_page = append(state, owners, cls.reshape(-1), move_flat, config, words)
     else:
-        state, dest_blk, dest_page = append(state, owners, cls.reshape(-1), move_flat, config)
+        state, dest_blk, dest_page = append(state, owners, cls.reshape(-1), move_flat, config, words)
         state = _erase(state, victims, take, pages, config)
     state = dataclasses.replace(state, migrated_pages=state.migrated_pages + move_flat.sum().astype(jnp.int32),
                                 gc_calls=state.gc_calls + 1)

@@ -1,14 +1,19 @@
 """The ``blocks`` part: the HBF KV of each session in erase blocks of a sample of the package's planes,
 invalidated by eviction and reclaimed by GC (HBFlex §3.3, §5.2, §5.4; ``hbfjax.serve.plane_store``).
 
-The KV bytes each session puts in HBF — per pass (``Writes.hbf_new_tokens`` of the tiers part) and when
+The KV tokens each session puts in HBF — per pass (``Writes.hbf_new_tokens`` of the tiers part) and when
 a finished request's HBM-resident KV is retained (``Admission.retired_hbm_tokens``) — accumulate per
-session and are written once a chunk to P sampled planes at the paper's geometry (512 blocks × 512
+session and their bytes are written once a chunk to P sampled planes at the paper's geometry (512 blocks × 512
 pages each, one page the room's share of a plane), each fed exactly the pages the placement sends it:
 a random plane per page when ``policy.balanced`` is 0 (naive HBF), G-wide stripes over the session's
 plane group when it is 1 (HBFlex; each sampled plane in the group of a random request's session, so a
 stream with few sessions over many groups still samples written planes), the KV of every writing
-session interleaved in each open block (one frontier per lifetime label when ``policy.lifetime_aware``). The sessions the sessions part evicted
+session interleaved in each open block (one frontier per lifetime label when ``policy.lifetime_aware``).
+A request that takes its session's retained KV keeps only what it reuses (``Admission.kept_tokens``): the
+rest, the tail where the new turn diverges, dies on every plane at the chunk's end before its writes
+(``plane_store.cut``; the chunk's own new tokens of the session past the kept ones are dropped before they
+reach a plane: :func:`diverge`). The part counts each session's tokens in the store exactly (int32), so a
+tail of a token or more is told apart from float32 rounding of the store's bytes. The sessions the sessions part evicted
 (``Chunk.evicted``) go stale on every plane; GC above ``policy.gc_trigger`` migrates valid pages of
 greedy victims per plane, and the package's migrations (``plane_store.package_scale`` of the sampled
 planes') are read over the
@@ -79,7 +84,9 @@ class BlocksConfig:
 
 class BlocksState(NamedTuple):
     blocks: plane_store.PlaneStore  # the sampled planes
-    new_bytes: jax.Array  # float32[R] KV bytes each session put in HBF since the last chunk
+    new_tokens: jax.Array  # int32[R] KV tokens each session put in HBF since the last chunk
+    stored_tokens: jax.Array  # int32[R] KV tokens of each session in the store (written or waiting there)
+    cut_tokens: jax.Array  # int32[R] the fewest of them a session kept this chunk (INT32_MAX: no cut)
     root_start: Clock  # Clock[R] each session root's arrival, the lifetime label's time (a closed loop
     #   records it as the root is admitted: its arrival is issued by the loop, not known ahead)
     session_reads: jax.Array | None = None  # float32[R] passes that read each session's HBF KV since the last
@@ -121,10 +128,27 @@ def check_trigger(policy, config: BlocksConfig, sessions: int) -> None:
                           f"chunk ({plane.reserve_blocks} blocks held free); lower it or use larger planes")
 
 
-def _add_at_sessions(per_session, session, amount, scale: float):
-    """float32[R] ``per_session`` plus each slot's ``amount * scale`` at its session (bytes of KV from
-    tokens, or read counts from ``reading_slots``)."""
-    return per_session.at[session].add(jnp.asarray(amount * scale, jnp.float32))
+def _add_at_sessions(per_session, session, amount):
+    """``per_session`` [R] plus each slot's ``amount`` [B] at its session (KV tokens, or read counts from
+    ``reading_slots``)."""
+    return per_session.at[session].add(jnp.asarray(amount, per_session.dtype))
+
+
+def diverge(s: BlocksState, kept_tokens, new, request, reqs) -> BlocksState:
+    """The new requests' diverged tails (``kept_tokens`` int32[B] each keeps of its session's retained KV, −1
+    none; ``new`` bool[B], ``request`` int32[B]): a session keeps that many of its tokens in the store and
+    this chunk. Kept at or past them all: nothing dies; within the chunk's new tokens: those past it are
+    dropped; below the store's (or an earlier cut's this chunk): the store is cut there at the chunk's end
+    (``cut_tokens``), the chunk's new tokens dropped. One cut a session per call (``kv_cache.take`` hands
+    an entry to one request)."""
+    cutting = new & (kept_tokens >= 0)
+    session = reqs.session[jnp.maximum(request, 0)]
+    base = jnp.minimum(s.stored_tokens[session], s.cut_tokens[session])
+    idx = jnp.where(cutting, session, s.new_tokens.shape[0])
+    return s._replace(
+        new_tokens=s.new_tokens.at[idx].set(jnp.clip(kept_tokens - base, 0, s.new_tokens[session]), mode="drop"),
+        cut_tokens=s.cut_tokens.at[idx].set(jnp.where(kept_tokens < base, kept_tokens, s.cut_tokens[session]),
+                                            mode="drop"))
 
 
 def reading_slots(view, reads) -> jax.Array:
@@ -147,16 +171,20 @@ def part(knobs, config, run: RunView) -> Part:
 
     counting = knobs.reclaim is not None  # read disturb asked for: KV blocks count their reads too
     counted_share = plane_store.counted_share(sc)
+    no_cut = jnp.iinfo(jnp.int32).max
+    zeros = jnp.zeros(sessions, jnp.int32)
 
     def init():
         pilot = plane_store.pilots(run.words, reqs.session, reqs.valid, sc.planes)
-        return BlocksState(blocks=plane_store.init(sc, pilot, count_reads=counting),
-                           new_bytes=jnp.zeros(sessions, jnp.float32), root_start=reqs.root_start,
+        return BlocksState(blocks=plane_store.init(sc, pilot, count_reads=counting), new_tokens=zeros,
+                           stored_tokens=zeros, cut_tokens=jnp.full(sessions, no_cut, jnp.int32),
+                           root_start=reqs.root_start,
                            session_reads=jnp.zeros(sessions, jnp.float32) if counting else None)
 
     def admit(s: BlocksState, view, record):
         session = reqs.session[jnp.maximum(view.finished_request, 0)]
-        s = s._replace(new_bytes=_add_at_sessions(s.new_bytes, session, record.retired_hbm_tokens, per_token))
+        s = s._replace(new_tokens=_add_at_sessions(s.new_tokens, session, record.retired_hbm_tokens))
+        s = diverge(s, record.kept_tokens, view.new, view.state.slots.request, reqs)
         if closed:
             req = jnp.maximum(view.state.slots.request, 0)
             root = view.new & (reqs.session[req] == req)
@@ -168,15 +196,20 @@ def part(knobs, config, run: RunView) -> Part:
 
     def writes(s: BlocksState, view, reads, times, record):
         session = reqs.session[jnp.maximum(view.request, 0)]
-        s = s._replace(new_bytes=_add_at_sessions(s.new_bytes, session, record.hbf_new_tokens, per_token))
+        s = s._replace(new_tokens=_add_at_sessions(s.new_tokens, session, record.hbf_new_tokens))
         if counting:
-            s = s._replace(session_reads=_add_at_sessions(s.session_reads, session, reading_slots(view, reads), 1.0))
+            s = s._replace(session_reads=_add_at_sessions(s.session_reads, session, reading_slots(view, reads)))
         return s, record, None
 
     def every_chunk(s: BlocksState, record):
-        store, _ = plane_store.write(run.words, s.blocks, s.new_bytes, s.root_start, sk, sc)
+        cutting = s.cut_tokens < s.stored_tokens
+        keep_bytes = jnp.where(cutting, s.cut_tokens.astype(jnp.float32) * per_token, jnp.inf)
+        store = plane_store.cut(run.words, s.blocks, keep_bytes, sk, sc)  # the chunk's diverged tails die
+        new_bytes = s.new_tokens.astype(jnp.float32) * per_token
+        store, _ = plane_store.write(run.words, store, new_bytes, s.root_start, sk, sc)
         relocated_before = store.reads.relocated_pages if counting else None
         store = plane_store.invalidate(store, record.evicted, sc)
+        stored = jnp.where(record.evicted, 0, jnp.minimum(s.stored_tokens, s.cut_tokens) + s.new_tokens)
         store, moved = plane_store.collect(run.words, store, sk, sc)
         if counting:  # the chunk's reads, on the pages as they lie after its writes, evictions and GC (docstring)
             store = plane_store.add_reads(store, s.session_reads, knobs.reclaim.threshold_reads, sc)
@@ -184,7 +217,7 @@ def part(knobs, config, run: RunView) -> Part:
         if counting:  # a relocation copies the block's live pages, timed as GC's migrations (scaled to all blocks)
             moved = moved + (store.reads.relocated_pages - relocated_before) * counted_share
         gc_us = package_bytes(moved, store, sk, sc) * 1e-3 * per_gb_s
-        s = s._replace(blocks=store, new_bytes=jnp.zeros_like(s.new_bytes))
+        s = s._replace(blocks=store, new_tokens=zeros, stored_tokens=stored, cut_tokens=jnp.full_like(s.cut_tokens, no_cut))
         if counting:
             s = s._replace(session_reads=jnp.zeros_like(s.session_reads))
         return s, record._replace(exposed_us=record.exposed_us + gc_us)
@@ -205,7 +238,11 @@ def report(own, out) -> dict:
     iterations = np.maximum(np.asarray(out.iterations, np.float64), 1.0)
     with np.errstate(invalid="ignore", divide="ignore"):
         waf = np.where(host > 0, (host + gc_pages) / host, np.nan)
-    return {"waf": waf, "host_writes": host, "block_erases": np.asarray(plane_store.erases(b), np.float64),
+    diverged = np.asarray(b.planes.diverged_pages, np.float64).sum(axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        diverged_share = np.where(host > 0, diverged / host, np.nan)
+    return {"waf": waf, "host_writes": host, "diverged_page_fraction": diverged_share,
+            "block_erases": np.asarray(plane_store.erases(b), np.float64),
             "stalled_plane_writes": np.asarray(plane_store.stalled_writes(b), np.float64),
             "capped_plane_writes": np.asarray(plane_store.capped_writes(b), np.float64),
             "gc_ms_per_iteration": np.asarray(out.totals.chunk_stall_us, np.float64) * 1e-3 / iterations,

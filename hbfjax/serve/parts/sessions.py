@@ -10,6 +10,10 @@ replay lets a turn arrive before its parent has finished, which a closed-loop ag
 Reuse is in whole logical pages (HBFlex §3.1, Fig. 7b: ``policy.logical_page_tokens``). Once a chunk,
 whole sessions are evicted, least recently used first, while running plus retained KV exceeds
 ``policy.evict_threshold`` of the HBF KV room (``Chunk.evicted``: their pages die in the blocks part).
+A request that takes its session's entry keeps of it only what it reuses (``Admission.kept_tokens``):
+the entry's tail past the reused pages, where the new turn diverges, dies in the blocks part (on
+SWE-bench agents these tails are 49 % of the KV tokens the turns write: a turn's next prompt rarely
+repeats its output verbatim).
 
 H3 (``policy.hbf_request_kv`` = 0: request KV lives in HBM only, HBFlex §2.3) retains nothing: a
 finished request's KV is dropped with its HBM (nothing moves to HBF), so a later turn recomputes its
@@ -71,9 +75,11 @@ def part(knobs, config, run: RunView) -> Part:
         finished = view.finished & retains
         context = jnp.where(finished, reqs.prompt_tokens[idx] + reqs.output_tokens[idx], 0)
         cache = kv_cache.retain(s.cache, reqs.session[idx], finished, context, st.now)
-        reused, cache = kv_cache.take(cache, st.slots.request, view.new, reqs)
+        reused, held, cache = kv_cache.take(cache, st.slots.request, view.new, reqs)
         shared = jnp.where(retains, shared_with_running_turns(st.slots, view.new, reqs, reused), 0)
         reused = (reused + shared) // tokens_per_page * tokens_per_page
+        # the entry's KV past the (page-rounded) reuse diverges from the new turn: it dies (blocks part)
+        record = record._replace(kept_tokens=jnp.where(held > 0, jnp.minimum(reused, held), -1))
         record = record._replace(retired_hbm_tokens=jnp.where(retains, record.retired_hbm_tokens, 0))
         add = SessionTotals(retention_write_bytes=record.retired_hbm_tokens.sum().astype(jnp.float32) * per_token,
                             shared_hit_tokens=shared.sum().astype(jnp.float32),
