@@ -13,9 +13,11 @@ renewal estimate of ``read_reclaim.estimate`` at those rates (exact for N ≫ 1 
 the routing's skew; a lower bound with refresh). The third panel times the same rewrites in the serving
 loop (the engine's ``reclaim`` part, ``hbfjax.serve.parts.reclaim``: ``serve --read-disturb-reads N
 --reclaim-in windows|critical-path``, refresh off) at TIMED_THRESHOLDS: the share of the busy time that
-reclaim's forced rewrites stall, in read-free windows or all on the critical path; for HBFlex the same runs
-count the KV blocks' own reads on the blocks part's sampled planes (``kv_block_reads_max``, the WAF the KV
-relocations add). Lifetimes spread wear over every block of the package. Assumed values: 512 pages
+reclaim's forced rewrites stall, in read-free windows or all on the critical path; the same runs count the
+KV blocks' own reads — for HBFlex on the blocks part's sampled planes, for DASH (no block store) each
+request's HBF KV as one cohort of blocks read together (``hbfjax.flash.disturb.cohorts``, in the reclaim
+part) — whose rows give ``kv_block_reads_max``, the WAF the KV relocations add and their copies' rate beside
+the weights' reclaim. Lifetimes spread wear over every block of the package. Assumed values: 512 pages
 a block (HBFlex §5.1), 10^5 P/E cycles (HBFlex §3.3); the threshold and the refresh interval are swept
 because no source gives HBF's (issue 26's artifact: 10^6; OCP HBF v0.7: refresh every 24–48 h). Neither
 paper counts read disturb, so there is no paper value: the rows say what it implies for their lifetime
@@ -113,7 +115,8 @@ TIMED_KEYS = ("reclaim_stall_share_of_busy", "reclaim_timed_program_gbps", "recl
               "reclaim_program_gbps")
 
 
-# the KV blocks' own read counters (HBFlex's organisations: the blocks part's sampled planes; absent for DASH)
+# the KV blocks' own read counters (HBFlex's organisations: the blocks part's sampled planes; DASH's: each request's
+# HBF KV a cohort of blocks, counted by the reclaim part; kv_block_reads_mean_at_erase: HBFlex only, GC's erases)
 KV_KEYS = ("kv_block_reads_max", "kv_block_reads_mean_at_erase", "kv_reclaim_relocations_per_s", "kv_reclaim_waf_added",
            "kv_reclaim_program_gbps", "lifetime_years_combined")
 
@@ -211,9 +214,12 @@ def run(ctx: Context) -> list[Comparison]:
             f"untimed; {w.reclaim_timed_forced_share:.0%} of the rewrites found no window; the timed rewrites "
             f"{w.reclaim_timed_program_gbps:.3g} GB/s against the estimate's {w.reclaim_program_gbps:.3g} "
             "(each pass's routing draw, the credits' stationary start)"))
-        if np.isfinite(w.kv_block_reads_max):
+        if np.isfinite(w.kv_block_reads_max) and w.system == "hbflex":
             rows.append(Comparison("issue 26", f"{label}: KV blocks' own read disturb (sampled planes)", none,
                                    _kv_cells(cells), _kv_note(w)))
+        elif np.isfinite(w.kv_block_reads_max):
+            rows.append(Comparison("issue 26", f"{label}: KV blocks' own read disturb (each request's HBF KV a "
+                                   "cohort of blocks)", none, _kv_cells(cells), _dash_kv_note(cells)))
     return rows
 
 
@@ -237,3 +243,17 @@ def _kv_note(w) -> str:
             f"{w.lifetime_years_combined:.3g} years (the timed run). "
             + ("KV blocks pass 10^6 reads before their pages die: the papers' KV-write lifetimes leave this out"
                if w.kv_block_reads_max >= 1e6 else "No KV block reached 10^6 reads in the window"))
+
+
+def _dash_kv_note(cells) -> str:
+    """DASH's KV cohorts beside the weights' reclaim at each timed threshold (windows runs)."""
+    w = cells[("windows", 1e6)]
+    per_n = "; ".join(f"N = {n:.0e}: {c.kv_reclaim_relocations_per_s:.3g} KV block relocations/s, "
+                      f"{c.kv_reclaim_program_gbps:.3g} GB/s of copies against the weights' "
+                      f"{c.reclaim_timed_program_gbps:.3g} GB/s of reclaim"
+                      for n, c in ((n, cells[("windows", n)]) for n in sorted(TIMED_THRESHOLDS)))
+    return (f"DASH has no block store: a request's HBF KV (its prompt's, written straight to HBF, and what writeback "
+            f"moves there) is one cohort of blocks, each taking 512 reads from every pass that reads the request's KV, "
+            f"relocated together at each multiple of N; the most-read block took {w.kv_block_reads_max:.3g} reads "
+            f"(its request's life: the cohort dies with it). {per_n}; lifetime with both "
+            f"{w.lifetime_years_combined:.3g} years at N = 10^6 (the timed run)")

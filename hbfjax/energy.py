@@ -246,23 +246,26 @@ def activity(o, org, model) -> Activity:
 
 def reclaim_bytes(o, host_bytes) -> np.ndarray:
     """float64[S] bytes a run's read-disturb rewrites programmed (issue 26): the weight blocks the reclaim part
-    rewrote and the KV blocks' relocated pages (the blocks part's ``kv_reclaim_waf_added`` × host bytes);
-    0 without ``--read-disturb-reads``."""
+    rewrote and the KV blocks' relocated pages (:func:`kv_reclaim_bytes`); 0 without ``--read-disturb-reads``."""
     parts = o.parts
     weights = np.asarray(parts["reclaim"].totals.rewrite_bytes, np.float64) if "reclaim" in parts else 0.0
     return weights + kv_reclaim_bytes(o, host_bytes)
 
 
 def kv_reclaim_bytes(o, host_bytes) -> np.ndarray:
-    """float64[S] the KV blocks' read-disturb copies (the blocks part's ``kv_reclaim_waf_added`` × the host bytes
-    ``host_bytes``); 0 where the blocks part counts no reads."""
+    """float64[S] the KV blocks' read-disturb copies: on HBFlex's organisations the blocks part's
+    ``kv_reclaim_waf_added`` × the host bytes ``host_bytes``, on DASH's the KV cohorts' copies the reclaim part
+    timed (``kv_copy_bytes``); 0 where neither counts KV reads."""
     from hbfjax.serve import report
 
     host = np.asarray(host_bytes, np.float64)
-    if "blocks" not in o.parts or o.parts["blocks"].final.reads is None:
-        return np.zeros_like(host)
-    added = report.part_keys(o, ("blocks",))["kv_reclaim_waf_added"]
-    return np.where(np.isfinite(added), added, 0.0) * host
+    copies = np.zeros_like(host)
+    if "reclaim" in o.parts:  # 0 unless the reclaim part counts the KV (no blocks part)
+        copies = copies + np.asarray(o.parts["reclaim"].totals.kv_copy_bytes, np.float64)
+    if "blocks" in o.parts and o.parts["blocks"].final.reads is not None:
+        added = report.part_keys(o, ("blocks",))["kv_reclaim_waf_added"]
+        copies = copies + np.where(np.isfinite(added), added, 0.0) * host
+    return copies
 
 
 def energy_j(a: Activity, costs: EnergyCosts, pj_per_flop: float, pkg: Package) -> dict:

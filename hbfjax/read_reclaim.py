@@ -18,16 +18,17 @@ The run gives the reads (per stream, over its busy time):
 Each block then rewrites at max(λ/N, 1/T) per second for N ≫ 1 (``reclaim.renewal_rates``): the total
 relocation rate Σ λ_b / N does not depend on how reads are shared among blocks, so skewed routing (hot
 experts) changes the total only through the bytes it reads; with refresh on, even shares give a lower
-bound (max is convex). KV blocks are not counted (their pages die with their requests, mostly before N
-reads; HBFlex's paper counts none). This estimate's plane time is a share of the package's program
-rate; the serving engine times the same rewrites in its own loop with the ``reclaim`` part
+bound (max is convex). KV blocks are not in this estimate (their pages die with their requests, mostly
+before N reads; HBFlex's paper counts none): the engine counts their reads itself (below). This
+estimate's plane time is a share of the package's program rate; the serving engine times the same rewrites in its own loop with the ``reclaim`` part
 (``hbfjax.serve.parts.reclaim``: ``reclaim_stall_s`` and the ``reclaim_timed_*`` keys, from each pass's
 routing draw), which the CLI runs beside this estimate.
 
 Lifetimes spread wear over every block of the package (global wear levelling): P/E × blocks / erases per
 second, for the KV programs (host + GC, the run's measured bytes; and each alone), for reclaim (this
-estimate's weight rewrites plus the KV blocks' relocations the run measured, ``parts.blocks``), and for
-all of them together.
+estimate's weight rewrites plus the KV blocks' relocations the run measured: ``parts.blocks`` on HBFlex's
+organisations, the reclaim part's KV cohorts on DASH's; ``hbfjax.energy.kv_reclaim_bytes``), and for all of
+them together.
 These differ from ``hbf_lifetime_years`` (DASH §VI-H's, over the KV room only). Host NumPy, per stream.
 """
 
@@ -138,7 +139,8 @@ def per_stream(totals: dict, org, model, kv_programmed_bytes, m: ReclaimModel, g
 KEYS = ("reclaim_program_gb", "reclaim_program_share", "lifetime_years_combined")
 NOTE = ("reclaim_program_*, reclaim_relocations/refreshes: renewal estimate from the run's weight reads "
         "(hbfjax.read_reclaim); lifetime_years_*: that estimate with the run's KV host writes, GC and KV-block "
-        "relocations (kv_reclaim_program_gbps, HBFlex's organisations); reclaim_stall_s and reclaim_timed_*: "
+        "relocations (kv_reclaim_program_gbps: HBFlex's blocks on sampled planes, DASH's KV cohorts); "
+        "reclaim_stall_s and reclaim_timed_*: "
         "the same rewrites timed in the "
         "serving loop (hbfjax.serve.parts.reclaim: each pass's routing draw, windows or critical path); lifetimes "
         "over every block of the package (global wear levelling), unlike hbf_lifetime_years (DASH §VI-H, over the "

@@ -127,6 +127,11 @@ def test_a_fixed_batch_reads_each_page_once_a_decode_pass(runs):
     rep = blocks_part.report(type("Own", (), {"final": runs[10.0].parts["blocks"].final})(), runs[10.0])
     planes = b.planes.host_pages.shape[-1]  # the counted plane's copies stand for P / 1 planes' of all P
     np.testing.assert_allclose(rep["kv_reclaim_waf_added"], planes * (due * live).sum(axis=(1, 2)) / host)
+    # the reclaim part counts no KV beside the blocks part (its KV cohorts are DASH's: tests/test_dash_kv_read_disturb)
+    own = runs[10.0].parts["reclaim"]
+    assert own.final.kv_block_reads_max is None and "kv_block_reads_max" not in reclaim.report(own, runs[10.0])
+    for key in ("kv_page_reads", "kv_relocated_blocks", "kv_copy_bytes"):
+        np.testing.assert_array_equal(np.asarray(getattr(own.totals, key)), 0.0)
 
 
 @pytest.mark.slow  # a compilation of its own (scan chunks of 4 iterations): make test-slow

@@ -37,11 +37,17 @@ def init(shape) -> BlockReads:
                       max_reads=z, relocations=z, relocated_pages=z)
 
 
+def crossings(before: jax.Array, after: jax.Array, threshold_reads) -> jax.Array:
+    """f32 like ``after``: multiples of the threshold N a counter passed going from ``before`` to ``after``
+    reads (one relocation each: the module docstring's rule)."""
+    n = jnp.asarray(threshold_reads, jnp.float32)
+    return jnp.floor(after / n) - jnp.floor(before / n)
+
+
 def add_reads(c: BlockReads, reads: jax.Array, live_pages: jax.Array, threshold_reads) -> BlockReads:
     """Each block takes ``reads`` (f32, the blocks' shape) page reads; ``live_pages`` its valid pages now."""
     new = c.count + reads
-    n = jnp.asarray(threshold_reads, jnp.float32)
-    crossed = jnp.floor(new / n) - jnp.floor(c.count / n)
+    crossed = crossings(c.count, new, threshold_reads)
     return c._replace(count=new, page_reads=c.page_reads + reads.sum(), max_reads=jnp.maximum(c.max_reads, new.max()),
                       relocations=c.relocations + crossed.sum(),
                       relocated_pages=c.relocated_pages + (crossed * live_pages).sum())

@@ -1,9 +1,10 @@
-"""The ``reclaim`` part: read disturb and refresh of the HBF weights, timed in the serving loop (issue 26).
+"""The ``reclaim`` part: read disturb and refresh of the HBF weights (and of DASH's HBF KV), timed in the
+serving loop (issue 26).
 
 Every read of a NAND page disturbs its block; after N page reads the block is relocated (its P pages
 read on their plane and programmed into a fresh block, the old one erased; ``hbfjax.flash.disturb`` is
 the mechanism alone, with its reference and closed forms). Here the engine feeds it each pass's own
-weight reads and times the rewrites they cause.
+weight reads (and, on a system without the blocks part, its KV reads) and times the rewrites they cause.
 
 **Reads.** A pass that needs a weight reads every page of its blocks once, so each of those blocks
 gains P reads. The HBF weights form groups of blocks that are always read together:
@@ -36,10 +37,28 @@ rate max(λ/N, 1/T) of ``hbfjax.read_reclaim`` (exact for steady reads). Where t
 reads' share is still counted as relocations (a physical device would refresh those blocks instead:
 the total is right, the split leans to relocations).
 
+**KV cohorts** (a system with the tiers part and without the blocks part: DASH's organisations, whose HBF KV
+has no block store). A slot's HBF KV is one cohort of blocks (``hbfjax.flash.disturb.cohorts``): its HBF
+pages (``ceil(HBF tokens × KV bytes a token / page)``, the KV before the pass) in ``ceil(pages / P)`` blocks,
+all read together: a pass that reads the slot's HBF KV (a decode token or a prefill chunk,
+``parts.blocks.reading_slots``) reads each of its pages once, so each block of the cohort gains P reads.
+The cohort's blocks are relocated together each time P × its reading passes since the request's KV was
+written passes a multiple of N, the relocation copying the cohort's pages; they join the weights' backlog
+(below). The cohort dies with its request (DASH retains no KV). Blocks written later (writeback, later
+prefill chunks) take the cohort's whole count, and a last block less than full is counted as full (an
+over-count of at most those blocks). KV cohorts are not refreshed: a request's KV lives seconds, far less
+than any T. Reported: ``kv_block_reads_max`` (the most reads a cohort block took), ``kv_block_page_reads_per_s``,
+``kv_reclaim_relocations_per_s`` (cohort blocks relocated per busy second) and ``kv_reclaim_waf_added`` (the
+copied bytes per host-written KV byte: the direct prefill writes and the writebacks, DASH's HBF KV writes);
+the copies' bytes are ``hbfjax.energy.kv_reclaim_bytes``, hence ``kv_reclaim_program_gbps`` and the lifetimes
+of ``hbfjax.read_reclaim``. On HBFlex's organisations the blocks part counts the KV blocks' reads instead
+(on its sampled planes, its copies timed as GC's migrations) and this part counts none.
+
 **Time.** A rewritten block's P pages are read one after another on its plane (tR each; blocks on
 distinct planes in parallel) and programmed through a relocation frontier striped over every plane, as
 a page-mapped FTL writes its relocation stream (assumed: neither paper states where relocated data
-goes), in full-width rounds of tPROG no faster than the program bandwidth. Rewrites join a backlog that:
+goes), in full-width rounds of tPROG no faster than the program bandwidth; a KV cohort's copied pages are
+read and programmed alike. Rewrites join a backlog that:
 
 * ``in_windows = 1`` (default; HBFlex §5.3's principle applied to reclaim): drains in the layers' read-free
   windows (``hbf_writes.window_us``, the policy's prefetch) after the pass's KV programs (their rounds and
@@ -51,14 +70,15 @@ goes), in full-width rounds of tPROG no faster than the program bandwidth. Rewri
 
 A forced rewrite of p pages over b = ceil(p / P) blocks stalls the pass ``ceil(b / planes) × P × tR +
 max(ceil(p / planes) × tPROG, p × page / write_gbps)`` (read, then program: no pipelining, an upper
-bound; ``reclaim_stall_s``). KV blocks' reads are
-counted by the blocks part on its sampled planes (HBFlex's organisations: ``parts.blocks``, read disturb).
-The rewritten bytes are read, programmed and erased again in the run's energy (``hbfjax.energy``'s
-``reclaim_bytes``); the weight blocks' erases are not added to the blocks part's GC (a separate region:
-their wear is in ``hbfjax.read_reclaim``'s lifetimes).
+bound; ``reclaim_stall_s``, weights' and KV copies together). ``reclaim_timed_program_*`` and
+``reclaim_timed_relocations_per_s`` are the weights' rewrites (the renewal estimate's counterparts), the
+forced share is over both. The rewritten bytes are read, programmed and erased again in the run's energy
+(``hbfjax.energy``'s ``reclaim_bytes``); the weight blocks' erases are not added to the blocks part's GC (a
+separate region: their wear is in ``hbfjax.read_reclaim``'s lifetimes).
 
 Knobs read: ``reclaim`` (:class:`ReclaimKnobs`: all traced, one compilation for a sweep), the
-organisation (planes, page, tR, tPROG, program bandwidth, placement), the policy's prefetch.
+organisation (planes, page, tR, tPROG, program bandwidth, placement), the policy's prefetch; KV cohorts:
+the tiers part's HBF tokens (``Reads.hbf_tokens``), the model's KV bytes a token.
 """
 
 from __future__ import annotations
@@ -72,6 +92,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hbfjax import rng
+from hbfjax.flash.disturb import cohorts
 from hbfjax.memory import hbf_packages
 from hbfjax.memory.organisations import DENSE_WEIGHTS, EXPERT_WEIGHTS, HBF
 from hbfjax.flash.disturb.reclaim import SECONDS_PER_HOUR, DisturbSalt
@@ -80,6 +101,7 @@ from hbfjax.salts import Salt
 from hbfjax.serve import hbf_writes
 from hbfjax.serve.layer_time import expert_bytes
 from hbfjax.serve.part import Part
+from hbfjax.serve.parts.blocks import reading_slots
 from hbfjax.serve.pass_routing import moe_layer_indices, pass_routing
 from hbfjax.validate import ConfigError, require, require_int, require_real
 
@@ -142,7 +164,8 @@ class ReclaimState(NamedTuple):
     dense_credit: jax.Array  # f32[L] each layer's dense blocks
     expert_refresh: "Refresh"  # fields f32[L_moe, G]: the expert groups' refresh
     dense_refresh: "Refresh"  # fields f32[L]: the dense groups' refresh
-    backlog_pages: jax.Array  # f32[] rewritten pages waiting for a window
+    backlog_pages: jax.Array  # f32[] rewritten pages waiting for a window (weights' and KV copies)
+    kv: cohorts.Cohorts | None = None  # fields [B]: each slot's KV cohort (None: KV not counted here)
 
 
 class Refresh(NamedTuple):
@@ -159,10 +182,20 @@ class ReclaimTotals(NamedTuple):
     weight_page_reads: jax.Array  # page reads of HBF weight blocks (what the counters counted)
     relocated_blocks: jax.Array  # blocks relocated for read disturb
     refreshed_blocks: jax.Array  # blocks rewritten by refresh
-    rewrite_bytes: jax.Array  # bytes the rewrites programmed (every page of a weight block valid)
-    window_bytes: jax.Array  # of them, programmed inside read-free windows
-    forced_bytes: jax.Array  # of them, programmed on the critical path
+    rewrite_bytes: jax.Array  # bytes the weights' rewrites programmed (every page of a weight block valid)
+    window_bytes: jax.Array  # of them and the KV copies, programmed inside read-free windows
+    forced_bytes: jax.Array  # of them and the KV copies, programmed on the critical path
     stall_us: jax.Array  # the forced programs' time on the critical path
+    kv_page_reads: jax.Array  # page reads of the KV cohorts (0 where KV is not counted here)
+    kv_relocated_blocks: jax.Array  # KV cohort blocks relocated for read disturb
+    kv_copy_bytes: jax.Array  # bytes those relocations copied
+
+
+class ReclaimFinal(NamedTuple):
+    """What a run keeps of the part's final state."""
+
+    backlog_bytes: jax.Array  # f32[] rewritten bytes still waiting for a window
+    kv_block_reads_max: jax.Array | None  # f32[] the most page reads a KV cohort block took (None: not counted)
 
 
 class Groups(NamedTuple):
@@ -240,8 +273,14 @@ def window_pages(windows_us, backlog_pages, kv_program_us, kv_bytes, pages_per_b
     return jnp.minimum(jnp.minimum(backlog_pages, rounds * planes), jnp.minimum(by_reads, by_bandwidth))
 
 
-def init_state(words, model, routed_experts: int) -> ReclaimState:
-    """Credits at the stationary phase (uniform on [0, 1), hashed from the stream's ``words``), nothing waiting."""
+def kv_pages(hbf_tokens, kv_bytes_per_token: float, page_bytes) -> jax.Array:
+    """f32[B]: the whole pages that each slot's ``hbf_tokens`` (int32[B]) of KV fill."""
+    return jnp.ceil(hbf_tokens.astype(jnp.float32) * kv_bytes_per_token / page_bytes)
+
+
+def init_state(words, model, routed_experts: int, kv_slots: int | None = None) -> ReclaimState:
+    """Credits at the stationary phase (uniform on [0, 1), hashed from the stream's ``words``), nothing waiting;
+    ``kv_slots``: the KV cohorts of that many slots, empty (None: KV not counted here)."""
     seed, stream = words
     moe = len(moe_layer_indices(model)) if model.is_moe else 0
     experts = routed_experts if model.is_moe else 1
@@ -254,7 +293,8 @@ def init_state(words, model, routed_experts: int) -> ReclaimState:
     fresh = lambda credit: Refresh(credit=credit, deficit=jnp.zeros_like(credit), high=jnp.zeros_like(credit))  # noqa: E731
     return ReclaimState(expert_credit=expert.astype(jnp.float32), dense_credit=dense.astype(jnp.float32),
                         expert_refresh=fresh(refresh[:moe * experts].reshape(moe, experts)),
-                        dense_refresh=fresh(refresh[moe * experts:]), backlog_pages=jnp.float32(0.0))
+                        dense_refresh=fresh(refresh[moe * experts:]), backlog_pages=jnp.float32(0.0),
+                        kv=None if kv_slots is None else cohorts.init(kv_slots))
 
 
 def part(knobs, config, run) -> Part:
@@ -274,6 +314,8 @@ def part(knobs, config, run) -> Part:
     # experts one credit stands for: a count draw's credit is the layer's E experts (its blocks' mean read
     # progress is the distinct experts drawn / E), a token draw's one expert
     pooled = float(model.routed_experts) if model.is_moe and config.routing_draw == "counts" else 1.0
+    counts_kv = "tiers" in config.parts and "blocks" not in config.parts  # DASH's KV cohorts (module docstring)
+    per_token = float(model.kv_bytes_per_token)
 
     def writes(state: ReclaimState, view, reads, times, record):
         needed = times.needed if times.needed is not None else pass_routing(
@@ -288,8 +330,13 @@ def part(knobs, config, run) -> Part:
         dense_refresh, refreshed_d = refresh_step(state.dense_refresh, g.dense_blocks, clock, reads_per_use)
         refreshed = refreshed_e.sum() + refreshed_d.sum()
         relocated = relocated_e.sum() + relocated_d.sum()
+        kv, kv_moved = state.kv, cohorts.Relocated(*[jnp.float32(0.0)] * 3)  # none where KV is not counted here
+        if counts_kv:
+            kv, kv_moved = cohorts.read_pass(state.kv, view.request, reading_slots(view, reads),
+                                             kv_pages(reads.hbf_tokens, per_token, page), per_block, rk.threshold_reads)
+        kv_copied = kv_moved.pages.sum()
         new_pages = (relocated + refreshed) * per_block
-        backlog = state.backlog_pages + new_pages
+        backlog = state.backlog_pages + new_pages + kv_copied
         windows = hbf_writes.window_us(times, prefetch)
         kv_bytes = record.prefill_write_bytes + record.writeback_bytes
         drained = rk.in_windows * window_pages(windows, backlog, record.program_busy_us, kv_bytes, per_block, planes,
@@ -299,22 +346,28 @@ def part(knobs, config, run) -> Part:
         page_reads = (uses.sum() * g.expert_blocks + len(model.layer_kinds) * g.dense_blocks) * per_block
         t = ReclaimTotals(weight_page_reads=page_reads, relocated_blocks=relocated, refreshed_blocks=refreshed,
                           rewrite_bytes=new_pages * page, window_bytes=drained * page, forced_bytes=forced * page,
-                          stall_us=stall)
+                          stall_us=stall, kv_page_reads=kv_moved.page_reads.sum(),
+                          kv_relocated_blocks=kv_moved.blocks.sum(), kv_copy_bytes=kv_copied * page)
         new = ReclaimState(expert_credit=expert_credit, dense_credit=dense_credit, expert_refresh=expert_refresh,
-                           dense_refresh=dense_refresh, backlog_pages=backlog - drained - forced)
+                           dense_refresh=dense_refresh, backlog_pages=backlog - drained - forced, kv=kv)
         return new, record._replace(stall_us=record.stall_us + stall), t
 
     def finish(state: ReclaimState):
-        return state.backlog_pages * page, jnp.bool_(False)
+        return ReclaimFinal(backlog_bytes=state.backlog_pages * page,
+                            kv_block_reads_max=None if state.kv is None else state.kv.max_reads), jnp.bool_(False)
 
-    return Part(init=lambda: init_state(run.words, model, expert_groups(config)), writes=writes, finish=finish,
-                totals=ReclaimTotals)
+    kv_slots = config.batcher.slots if counts_kv else None
+    return Part(init=lambda: init_state(run.words, model, expert_groups(config), kv_slots), writes=writes,
+                finish=finish, totals=ReclaimTotals)
 
 
 FRONTIER = ("assumed: a relocated block's pages are read on its own plane (P x tR) and programmed through a "
             "frontier striped over every plane (neither paper states where relocated data goes)")
 KV_BLOCKS = ("KV blocks count their reads on the blocks part's sampled planes (HBFlex's organisations; "
-             "kv_block_reads_*, kv_reclaim_*); DASH's HBF KV blocks are not counted")
+             "kv_block_reads_*, kv_reclaim_*); DASH's organisations (no block store): each request's HBF KV is one "
+             "cohort of ceil(pages / P) blocks read together, P reads a block per pass that reads it, relocated "
+             "together at each multiple of N, the copies timed with the weights' rewrites (kv_block_reads_max, "
+             "kv_reclaim_*)")
 
 
 def describe(knobs: ReclaimKnobs) -> dict:
@@ -326,15 +379,30 @@ def describe(knobs: ReclaimKnobs) -> dict:
 
 
 def report(own, out) -> dict:
-    """Host ``{key: float64[S]}`` per stream: the rewrites the engine timed, per busy second, and their stall."""
+    """Host ``{key: float64[S]}`` per stream: the rewrites the engine timed, per busy second, and their stall;
+    where this part counts the KV cohorts, their reads and relocations (module docstring, KV cohorts)."""
     t = {k: np.asarray(v, np.float64) for k, v in own.totals._asdict().items()}
     busy_s = np.maximum(np.asarray(out.totals.busy_us, np.float64) * 1e-6, 1e-30)
     rewrite = t["rewrite_bytes"]
-    return {"reclaim_stall_s": t["stall_us"] * 1e-6, "reclaim_stall_share_of_busy": t["stall_us"] * 1e-6 / busy_s,
+    timed = rewrite + t["kv_copy_bytes"]
+    kv = {} if own.final.kv_block_reads_max is None else kv_report(own, out, busy_s)
+    return {**kv, "reclaim_stall_s": t["stall_us"] * 1e-6, "reclaim_stall_share_of_busy": t["stall_us"] * 1e-6 / busy_s,
             "reclaim_timed_program_gb": rewrite / 1e9, "reclaim_timed_program_gbps": rewrite / 1e9 / busy_s,
             "reclaim_timed_relocations_per_s": t["relocated_blocks"] / busy_s,
             "reclaim_timed_refreshes_per_s": t["refreshed_blocks"] / busy_s,
             "reclaim_timed_weight_page_reads_per_s": t["weight_page_reads"] / busy_s,
-            "reclaim_timed_forced_share": np.where(rewrite > 0, t["forced_bytes"] / np.where(rewrite > 0, rewrite, 1.0),
-                                                   0.0),
-            "reclaim_timed_backlog_gb": np.asarray(own.final, np.float64) / 1e9}
+            "reclaim_timed_forced_share": np.where(timed > 0, t["forced_bytes"] / np.where(timed > 0, timed, 1.0), 0.0),
+            "reclaim_timed_backlog_gb": np.asarray(own.final.backlog_bytes, np.float64) / 1e9}
+
+
+def kv_report(own, out, busy_s) -> dict:
+    """Host ``{key: float64[S]}``: the KV cohorts' keys, as the blocks part's where they mean the same — the most
+    reads a cohort block took, page reads and relocated blocks per busy second, and the copies per host-written
+    KV byte (NaN where no KV was written to HBF)."""
+    t = {k: np.asarray(v, np.float64) for k, v in own.totals._asdict().items()}
+    host = np.asarray(out.totals.prefill_write_bytes, np.float64) + np.asarray(out.totals.writeback_bytes, np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return {"kv_block_reads_max": np.asarray(own.final.kv_block_reads_max, np.float64),
+                "kv_block_page_reads_per_s": t["kv_page_reads"] / busy_s,
+                "kv_reclaim_relocations_per_s": t["kv_relocated_blocks"] / busy_s,
+                "kv_reclaim_waf_added": np.where(host > 0, t["kv_copy_bytes"] / host, np.nan)}
