@@ -134,3 +134,20 @@ def test_the_header_states_the_split_and_the_assumptions():
     d = tensor_parallel.describe(2, 450.0, np.float32(0.8), 10.0)
     assert d["efficiency"] == 0.8 and d["gpus"] == 2 and set(d["assumed"]) == set(tensor_parallel.KNOB_DEFAULTS)
 
+
+@pytest.mark.slow  # 15 worker-seconds (a compilation of its own): make test-slow. make test keeps the refusals
+# (tests/test_cli_serve.py) and the tensor-parallel engine against its reference (tests/test_serve_reference.py)
+def test_serve_states_the_group_and_reports_the_allreduces_and_rates_per_gpu(capsys):
+    import json
+
+    from hbfjax.cli import main
+
+    assert main(["serve", "--system", "dash", "--model", "qwen3-235b-a22b", "--batch", "2", "--prompt", "64",
+                 "--output", "4", "--streams", "2", "--tensor-parallel", "2", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    tp = r["tensor_parallel_model"]
+    assert r["tensor_parallel"] == 2 and tp["gpus"] == 2 and tp["link_gbps"] == 300.0  # the H100 PCIe's 600 / 2
+    assert tp["efficiency"] == 0.8 and tp["latency_us"] == 10.0 and "assumed" in tp["assumed"]["allreduce_latency_us"]
+    assert 0.0 < r["allreduce_share_of_busy"] < 1.0
+    assert r["allreduce_s"] == pytest.approx(r["allreduce_share_of_busy"] * r["busy_s"], rel=0.05)  # ratio of means
+    assert r["throughput_tokens_per_s_per_gpu"] == r["throughput_tokens_per_s"] / 2
