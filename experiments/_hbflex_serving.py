@@ -27,6 +27,10 @@ from hbfjax.sweep import families
 from hbfjax.workload import requests as rq
 
 MODELS = ("deepseek-v4-pro", "deepseek-v3", "hunyuan", "qwen3-235b-a22b")  # HBFlex §6.1
+# HBFlex §6.1: "DeepSeek-V4-Pro uses two-way tensor parallelism (TP) combined with four-way data parallelism
+# (DP), while the other models use four-way DP": a V4-Pro stream is a group of two GPUs (one package each)
+TENSOR_PARALLEL = {"deepseek-v4-pro": 2}
+
 TRACES = {"swebench": "swebench_miniswe_agent.csv", "mooncake": "mooncake_conversation.jsonl",
           "azure-code": "azure_llm_2023_code.csv"}
 STANDS_IN_FOR = {"swebench": "SWE-bench", "mooncake": "Bailian To-C", "azure-code": "Bailian Coding"}
@@ -35,6 +39,22 @@ ORGANISATIONS = ("hbflex",) + BASELINES
 # every call's tabulated wave laws padded to this many points' worth (the most points of any HBFlex serving
 # figure: fig_hbflex15's six organisations), so that the figures' calls share compilations
 LAW_PAD = len(ORGANISATIONS)
+
+
+def tensor_parallel(model: str) -> int:
+    """The paper's tensor-parallel degree of ``model`` (HBFlex §6.1; 1 for every model but V4-Pro)."""
+    return TENSOR_PARALLEL.get(model, 1)
+
+
+def deployment_note(models) -> str:
+    """The figure note's statement of the paper's deployment of ``models``."""
+    split = [m for m in models if tensor_parallel(m) > 1]
+    if not split:
+        return "one GPU and package per stream (HBFlex §6.1's data parallelism)"
+    return (", ".join(f"{m} with tensor parallelism {tensor_parallel(m)}" for m in split) + " (HBFlex §6.1: a stream "
+            "is a group of GPUs with a package each, each holding 1/T of the head- and FFN-split weights, with two "
+            "all-reduces a layer over NVLink, 450 GB/s each way, at an assumed 0.8 efficiency + 10 µs; tokens/s per "
+            "stream), every other model one GPU a stream")
 
 
 def trace_inputs(key: str, requests: int | None) -> rq.TraceInputs:
@@ -47,17 +67,21 @@ def scenario(model: str, inputs: rq.TraceInputs, *, slots: int, requests: int, r
              **changes) -> systems.Scenario:
     """A trace replayed as ``hbfjax serve --trace`` replays it (with ``concurrency``: its sessions
     bootstrapped at the start rate that keeps that many open); ``changes``: other Scenario fields
-    (warmup, kv_room_bytes, ...). HBFlex's systems use their 1-byte KV elements and the H200."""
+    (warmup, kv_room_bytes, ...). HBFlex's systems use their 1-byte KV elements and the H200; the model its
+    paper's tensor parallelism (:data:`TENSOR_PARALLEL`)."""
     return systems.Scenario.replay(model, inputs, requests, slots=slots, replay=replay, concurrency=concurrency,
-                                   max_iterations=max_iterations, scan_chunk=scan_chunk, **changes)
+                                   max_iterations=max_iterations, scan_chunk=scan_chunk,
+                                   **{"tensor_parallel": tensor_parallel(model), **changes})
 
 
 def closed_scenario(model: str, inputs: rq.TraceInputs, *, tasks: int, turns: int, warmup_turns: int,
                     max_iterations: int = 200_000, scan_chunk: int = 16, **changes) -> systems.Scenario:
     """``tasks`` agent tasks per GPU running the trace's sessions in a closed loop, as ``hbfjax serve --trace
-    ... --tasks`` runs them (slots = tasks up to 1,024, the real KV room unless ``changes`` set one)."""
+    ... --tasks`` runs them (slots = tasks up to 1,024, the real KV room unless ``changes`` set one; the model's
+    paper tensor parallelism, :data:`TENSOR_PARALLEL`)."""
     return systems.Scenario.closed_loop(model, tasks, turns, trace=inputs, warmup_turns=warmup_turns,
-                                        max_iterations=max_iterations, scan_chunk=scan_chunk, **changes)
+                                        max_iterations=max_iterations, scan_chunk=scan_chunk,
+                                        **{"tensor_parallel": tensor_parallel(model), **changes})
 
 
 def family(names, sc: systems.Scenario) -> systems.Family:

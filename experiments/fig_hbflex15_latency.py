@@ -94,7 +94,8 @@ def _notes(table) -> dict[str, str]:
     h3 = table[table.point == "h3"]
     worst = h3.loc[h3.ttft_s.idxmax()] if len(h3) else None
     common = (f"{table.model.nunique()} models × {table.trace.nunique()} traces replayed at their own rate (offset "
-              f"replay, {WARMUP} + {MEASURED} requests per stream), {SLOTS} slots; {_stand_in_note()}")
+              f"replay, {WARMUP} + {MEASURED} requests per stream), {SLOTS} slots; "
+              f"{hs.deployment_note(dict.fromkeys(table.model))}; {_stand_in_note()}")
     notes = {}
     for b in (b for b in PAPER if b in set(table.point)):
         notes[b] = (f"{common}; per trace TTFT {_per_trace(table, b, 'ttft_s')}, TPOT {_per_trace(table, b, 'tpot_ms')}; "
@@ -111,7 +112,8 @@ def _notes(table) -> dict[str, str]:
 
 def run(ctx: Context) -> list[Comparison]:
     table = cached_table(ctx, NAME, {"slots": SLOTS, "warmup": WARMUP, "measured": MEASURED, "points": hs.ORGANISATIONS,
-                                     "models": hs.MODELS, "traces": hs.TRACES}, lambda: _compute(ctx))
+                                     "models": hs.MODELS, "traces": hs.TRACES, "tensor_parallel": hs.TENSOR_PARALLEL},
+                         lambda: _compute(ctx))
     _plot(table, ctx)
     notes = _notes(table)
     rows = []

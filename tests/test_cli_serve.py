@@ -176,6 +176,11 @@ def test_serve_refuses_bad_and_ignored_options(capsys):
         (["--rate", "1", "--batch", "2"], "--batch = 2: applies to a fixed batch"),
         (["--system", "hybrid", "--reads", "planes"], "--reads planes: applies to DASH's organisations"),
         (["--system", "nope"], "invalid choice: 'nope'"),
+        (["--model", "deepseek-v4-pro", "--tensor-parallel", "3"],
+         "--tensor-parallel = 3: deepseek-v4-pro does not split over 3 GPUs: T must divide heads = 128"),
+        (["--tensor-parallel", "0"], "--tensor-parallel = 0: must be in [1, 64]"),
+        (["--system", "cpu-stream", "--model", "deepseek-v3", "--tensor-parallel", "2"],
+         "--tensor-parallel = 2: the CPU-offloading systems (cpu-stream)"),
     ]
     for args, message in refusals:
         assert main(["serve", *args]) == 2, args

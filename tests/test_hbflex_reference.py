@@ -304,3 +304,36 @@ def test_the_case_exercises_reuse_eviction_gc_and_every_write_path(runs):
     # the random-page law drawn as runs, so more rounds for the same pages than naive-hbf's (its 4-KiB pages)
     assert refs[3][2].run_pages == 4 and all(refs[k][2].run_pages == 1 for k in range(3))
     assert block["read_waves"] / block["ideal_waves"] > naive["read_waves"] / naive["ideal_waves"]
+
+
+TP_REQUESTS = 12
+
+
+@pytest.fixture(scope="module")
+def tp_runs():
+    """HBFlex (window writes, balanced reads) on one GPU of a two-way tensor-parallel group: the first
+    ``TP_REQUESTS`` requests of the session trace, the tiny model's per-GPU sizes and its all-reduces."""
+    config, knobs, inputs = case()
+    model = GQA.with_tensor_parallel(2)
+    config = dataclasses.replace(config, model=model, requests=rq.RequestsConfig(
+        requests=TP_REQUESTS, arrivals="trace", replay="offset"))
+    kn = dataclasses.replace(knobs[0], kv_room_bytes=jnp.float32(ROOM_TOKENS * model.kv_bytes_per_token))
+    inputs = inputs._replace(trace=rq.TraceInputs.from_trace(session_trace(), TP_REQUESTS))
+    out = hb.run(engine.simulate, 1, SEED, hb.stack_knobs([kn]), config, knob_axis=True, inputs=inputs)
+    return config, out, href.serve(0, SEED, kn, config, inputs)
+
+
+@pytest.mark.slow  # 40 worker-seconds (a compilation of its own): make test-slow. make test keeps the tensor-parallel
+# step against its reference on DASH's engine (tests/test_serve_reference.py, tiny-batch-tp2)
+def test_a_tensor_parallel_run_equals_the_reference(tp_runs):
+    config, out, (res, tot, step) = tp_runs
+    assert not res.overflow and not bool(out.overflow[0, 0]) and int(out.iterations[0, 0]) == res.iterations
+    slack = DEPTH * EPS * tot.stall_scale_us + res.iterations * CLOCK_US
+    rho = _rho(config) + config.model.layers * EPS  # + each layer's all-reduce term
+    for name, got in (("first_token_us", out.first_token), ("finish_us", out.finish)):
+        want = np.asarray(getattr(res, name), np.float64)
+        have = clock.to_us(clock.Clock(got.s[0, 0], got.us[0, 0]))[:len(want)]
+        np.testing.assert_allclose(have, want, rtol=rho, atol=slack, err_msg=name)
+    np.testing.assert_allclose(float(out.totals.allreduce_us[0, 0]), tot.allreduce_us, rtol=rho)
+    assert tot.allreduce_us > 0 and step.blocks.host_pages > 0
+    _assert_planes_equal(out.parts["blocks"].final, 0, step, config, "tensor parallel")

@@ -1,7 +1,8 @@
 """The serving engine equals its plain-Python reference (``hbfjax.serve.reference.serve``) on the same
 draws: every request's first-token and finish time and the run's totals, for a tiny MoE model (fixed
 batch, serial passes) and Qwen3-235B-A22B (Poisson arrivals, mixed passes), with KV writeback forced by
-a small HBM KV budget, on DASH, RelayOnly and DirectOnly (writeback through the GPU).
+a small HBM KV budget, on DASH, RelayOnly and DirectOnly (writeback through the GPU), and the tiny model on
+one GPU of a two-way tensor-parallel group (its all-reduces a term more per layer).
 
 Tolerances, from float32 rounding (unit roundoff ``EPS = 2^-24``; the reference is float64):
 
@@ -66,6 +67,10 @@ CASES = {
     "tiny-batch-readings": (1, lambda: _case(GQA, "batch", 3, 3, 16, 4, "serial", 40, 6, t_prog_us=300.0,
                                              parallel_units=2, shared_array_rate=0.0, tr_sets_rate=0.0,
                                              t_read_us=32.0, write_window_layers=3)),
+    # the tiny batch on one GPU of a two-way tensor-parallel group (each GPU 2 heads, 1 KV head, half of each
+    # FFN): its sizes and the two all-reduces a layer, mirrored by the reference
+    "tiny-batch-tp2": (1, lambda: _case(GQA.with_tensor_parallel(2), "batch", 3, 3, 16, 4, "serial", 40, 6,
+                                        t_prog_us=300.0, parallel_units=2)),
 }
 
 
@@ -94,7 +99,8 @@ def runs(request):
 
 def _rho(config, layers):
     passes = 2 if config.batcher.mode == "serial" else 1
-    return passes * (layers * (len(timing.OPS) + 1) + 1 - 1 + DEPTH) * EPS
+    per_layer = len(timing.OPS) + 1 + (config.model.tensor_parallel > 1)  # + the layer's all-reduces
+    return passes * (layers * per_layer + 1 - 1 + DEPTH) * EPS
 
 
 def test_request_times_equal_the_reference(runs):
@@ -130,6 +136,7 @@ def test_totals_equal_the_reference(runs):
         for name in ("hbm_read_bytes", "hbf_read_bytes"):
             np.testing.assert_allclose(t[name], getattr(tot, name), rtol=(layers * len(timing.OPS) + DEPTH) * EPS,
                                        err_msg=f"{name} {where}")
+        np.testing.assert_allclose(t["allreduce_us"], tot.allreduce_us, rtol=rho + 2 * EPS, err_msg=where)
         experts = tot.expert_direct_bytes + tot.expert_relay_bytes  # Σ needed experts × bytes
         np.testing.assert_allclose(t["expert_direct_bytes"] + t["expert_relay_bytes"], experts,
                                    rtol=(layers + 4) * EPS, err_msg=where)
@@ -143,9 +150,10 @@ def test_totals_equal_the_reference(runs):
 def test_the_cases_exercise_writeback_stalls_and_both_paths(runs):
     """Guards that the comparison covers what it claims: writeback, exposed stalls, Relay on DASH and
     RelayOnly, Direct on DirectOnly (writeback through the GPU)."""
-    _, _, refs = runs
+    config, _, refs = runs
     for (s, k), (_, tot, _) in refs.items():
         assert tot.writeback_bytes > 0 and tot.write_stall_us > 0 and tot.prefill_write_bytes > 0
+        assert (tot.allreduce_us > 0) == (config.model.tensor_parallel > 1)
         if ORGS[k] == "relay-only":
             assert tot.expert_direct_max_bytes == 0 and tot.expert_relay_bytes > 0
         if ORGS[k] == "direct-only":

@@ -68,9 +68,20 @@ filled it (null unless every stream got there), window_after_turnover_streams ho
 after it. --data-parallel D spreads --tasks over D GPUs, session-affine (each GPU serves tasks / D; the
 cluster_* token rates are D × one GPU's).
 
-Not modelled yet: shared-prefix replicas; data and tensor parallelism (one GPU and
-package per stream); for the CPU systems, CPU dispatch overhead, PCIe setup latency, reuse of streamed
-experts, KV writes.
+--tensor-parallel T (HBFlex §6.1: DeepSeek-V4-Pro uses T = 2) serves each stream on a group of T GPUs, each
+with its own package: every GPU holds 1/T of each split matrix (attention by heads, every expert's and FFN's
+intermediate columns), so its streamed weight bytes and matmul FLOPs are 1/T and its KV room is what its
+package leaves after its own share; MLA's latent KV and DeepSeek-V4's one shared KV head are replicated
+(every GPU caches and reads the whole KV, as vLLM does), GQA's KV heads split; the low-rank down
+projections, router, norms, embedding and LM head stay whole. Each layer adds two ring all-reduces of
+tokens x hidden x 2 B (BF16), 2 (T - 1) / T x bytes / (NVLink one way x efficiency) + latency, on the
+critical path in no overlap window: NVLink 4 = 450 GB/s each way (H200 datasheet: 900 GB/s
+bidirectional), efficiency 0.8 and latency 10 us assumed. The JSON states them (tensor_parallel_model) and
+reports allreduce_s, allreduce_share_of_busy and kv_room_gb (one GPU's package).
+
+Not modelled yet: shared-prefix replicas; expert parallelism; the logits gather of a vocabulary-split LM
+head; for the CPU systems (one GPU: no --tensor-parallel), CPU dispatch overhead, PCIe setup latency, reuse
+of streamed experts, KV writes.
 
 Units: times in s (E2E, TTFT) and ms (TPOT), throughput in output tokens per second over the measured
 requests (first measured arrival to last measured finish); decode_tokens_per_s is B·(L_out − 1) / T_decode
@@ -113,13 +124,23 @@ def register(subparsers) -> None:
                    help="with --trace: resample its sessions (bootstrap) with session starts at the rate that keeps "
                         "this many sessions open on average (HBFlex Fig. 16: concurrent SWE-bench tasks)")
     w.add_argument("--tasks", type=number(int, 1, 2**14), default=None,
-                   help="closed loop: agent tasks per package (one GPU), each issuing its next request a think time "
+                   help="closed loop: agent tasks per stream (one GPU and its package, or one --tensor-parallel "
+                        "group), each issuing its next request a think time "
                         "after its previous one finishes (HBFlex §6.3: 1,024 per GPU); with --trace they run its "
                         "sessions, without it --prompt/--output requests")
     w.add_argument("--data-parallel", type=number(int, 1, 64), default=None,
-                   help="with --tasks: the tasks are the total over this many GPUs, each with its own package, routed "
+                   help="with --tasks: the tasks are the total over this many GPUs (or --tensor-parallel groups), "
+                        "each with its own package, routed "
                         "session-affine (a task stays on its GPU for life; HBFlex §6.1: four-way data parallelism), so "
                         "the GPUs share nothing: each stream serves tasks / D and the cluster's tokens/s is D × a GPU's")
+    w.add_argument("--tensor-parallel", type=number(int, 1, 64), default=None, metavar="T",
+                   help="GPUs (each with its own package) in one stream's tensor-parallel group, serving the same "
+                        "requests (default 1; HBFlex §6.1: DeepSeek-V4-Pro with T = 2): each GPU holds 1/T of the "
+                        "head- and FFN-split matrices (Megatron-style; MLA's latent KV and V4's one KV head, the "
+                        "router, norms, embedding and LM head whole on every GPU), and each layer adds two ring "
+                        "all-reduces of tokens x hidden x 2 B over NVLink (450 GB/s each way on the H200, at an assumed "
+                        "0.8 bus efficiency, plus an assumed 10 us each); T must divide the heads and FFN sizes; "
+                        "tokens/s stay one stream's (one group), *_per_gpu divides them by T; HBF systems only")
     w.add_argument("--turns-per-task", type=number(int, 3, names.MAX_REQUESTS), default=None,
                    help="with --tasks: requests each task serves (default 16; tasks × turns requests per stream)")
     w.add_argument("--think-s", type=number(float, 0.0, 1e4), default=None,
@@ -371,6 +392,7 @@ def scenario(args):
             raise ConfigError(f"--disable {m!r}: must be among {names.MECHANISMS}")
     _check_nand_times(args)
     _check_cpu_counts(args, model)
+    common["tensor_parallel"] = _tensor_parallel(args, model)
     if workload == "batch":
         batch = args.batch or 4
         slots = args.slots or batch
@@ -392,6 +414,18 @@ def scenario(args):
     inputs = rq.TraceInputs.from_trace(traces.load_trace(traces.resolve(args.trace)), requests)
     return systems.Scenario.replay(model, inputs, requests, slots=slots, rate_factor=args.rate_factor or 1.0,
                                    concurrency=args.concurrency, warmup=warmup, **common)
+
+
+def _tensor_parallel(args, model) -> int:
+    """--tensor-parallel T (default 1), refused where the model's heads or FFNs do not split T ways."""
+    from hbfjax.workload import tensor_parallel
+
+    gpus = args.tensor_parallel or 1
+    problems = tensor_parallel.split_problems(model, gpus)
+    if problems:
+        raise ConfigError(f"--tensor-parallel = {gpus}: {args.model} does not split over {gpus} GPUs: T "
+                          + "; ".join(problems))
+    return gpus
 
 
 def _part(args):
@@ -567,6 +601,9 @@ def plan(args, timeline_ok: bool = False) -> tuple[dict, list]:
     sc = scenario(args)
     header = {"model": args.model, "gpu": systems.gpu_for(args.system, sc), "streams": args.streams, "seed": args.seed,
               "readings": readings(args, {systems.system(n).kind for n in args.system})}
+    header["tensor_parallel"] = sc.tensor_parallel
+    if sc.tensor_parallel > 1:
+        header["tensor_parallel_model"] = _tensor_parallel_model(sc, header["gpu"])
     if args.reads != "linear":
         header["reads"] = args.reads
     if args.hbf is not None:
@@ -601,6 +638,18 @@ def plan(args, timeline_ok: bool = False) -> tuple[dict, list]:
         header["reclaim_timing"] = reclaim_part.describe(sc.reclaim)
     return header, [_with_energy(f, costs, cost, pj_per_flop, reclaim, header["gpu"])
                     for f in systems.families(args.system, sc)]
+
+
+def _tensor_parallel_model(sc, gpu: str) -> dict:
+    """The header's statement of a tensor-parallel run: the split and the all-reduce's values and sources."""
+    from hbfjax.serve import systems
+    from hbfjax.workload import gpus, tensor_parallel
+
+    knobs = systems.gpu_knobs(sc, gpu)
+    spec = gpus.preset(gpu)
+    return {**tensor_parallel.describe(sc.tensor_parallel, float(knobs.nvlink_gbps), float(knobs.allreduce_efficiency),
+                                       float(knobs.allreduce_latency_us)),
+            "link_source": spec.source("nvlink_gbps")}
 
 
 RECLAIM_IN = ("windows", "critical-path")
@@ -669,21 +718,24 @@ def family_key(family) -> tuple:
     return systems.family_key(family)
 
 
-def _cluster(result: dict, gpus: int) -> dict:
-    """A system's result with the cluster's token rates (D GPUs that share nothing: D × one GPU's)."""
+def _rates(result: dict, factor: float, name: str) -> dict:
+    """A system's result with its token rates (and CIs) times ``factor`` under ``name.format(key)``."""
     out = dict(result)
     for key in ("throughput_tokens_per_s", "decode_tokens_per_s"):
-        if key in result:
-            out[f"cluster_{key}"] = gpus * result[key]
-            out[f"ci95_cluster_{key}"] = gpus * result[f"ci95_{key}"]
+        if result.get(key) is not None:
+            out[name.format(key)] = factor * result[key]
+            out[f"ci95_{name.format(key)}"] = factor * result[f"ci95_{key}"]
     return out
 
 
 def assemble(header: dict, by_name: dict, systems_: list) -> dict:
     """The run's JSON: the header and one system's metrics, or the header and a list by system (a
-    data-parallel closed loop adds each system's cluster token rates)."""
-    gpus = header.get("data_parallel", 1)
-    results = [{"system": name, **(_cluster(by_name[name], gpus) if gpus > 1 else by_name[name])} for name in systems_]
+    data-parallel closed loop adds each system's cluster token rates, a tensor-parallel run its rates per GPU)."""
+    gpus, group = header.get("data_parallel", 1), header.get("tensor_parallel", 1)
+    results = []
+    for name in systems_:  # D streams that share nothing: D × one stream's; a stream is T GPUs: one's ÷ T
+        r = _rates(by_name[name], 1.0 / group, "{}_per_gpu") if group > 1 else by_name[name]
+        results.append({"system": name, **(_rates(r, gpus, "cluster_{}") if gpus > 1 else r)})
     if len(results) == 1:
         return {**header, **results[0]}
     return {**header, "systems": results}

@@ -164,6 +164,7 @@ class PassTimes(NamedTuple):
     pcie_bytes: jax.Array  # float32[] over PCIe: streamed experts' weights and activations (offload.split_traffic)
     host_dram_bytes: jax.Array  # float32[] expert weights read from host DRAM (streamed or computed on the CPU)
     cpu_flops: jax.Array  # float32[] FLOPs of the rows the host CPU computes
+    allreduce_us: jax.Array  # float32[1] 0: one GPU (no tensor parallelism)
 
 
 class ResidentLaws(NamedTuple):
@@ -287,4 +288,5 @@ def pass_times(words: tuple, batch: timing.Batch, draw, knobs, cdf, config) -> P
                      iteration_us=total, expert_direct_bytes=jnp.zeros(1, jnp.float32),
                      expert_relay_bytes=jnp.zeros(1, jnp.float32), hbm_read_bytes=hbm, hbf_read_bytes=zero,
                      table_miss=jnp.bool_(False), pcie_bytes=traffic.pcie_bytes.sum(),
-                     host_dram_bytes=traffic.host_dram_bytes.sum(), cpu_flops=traffic.cpu_flops.sum())
+                     host_dram_bytes=traffic.host_dram_bytes.sum(), cpu_flops=traffic.cpu_flops.sum(),
+                     allreduce_us=jnp.zeros(1, jnp.float32))

@@ -205,6 +205,7 @@ class Totals(NamedTuple):
     pcie_bytes: jax.Array  # the CPU systems' PCIe traffic (streamed experts, activations); 0 on an organisation
     host_dram_bytes: jax.Array  # the CPU systems' expert weights read from host DRAM; 0 on an organisation
     cpu_flops: jax.Array  # FLOPs the host CPU computed (the CPU systems' experts); 0 on an organisation
+    allreduce_us: jax.Array  # tensor-parallel all-reduce time inside busy_us (layer_time.allreduce_us); 0 on one GPU
 
     PEAKS = ("max_kv_hbm_bytes", "max_kv_hbf_bytes")
 
@@ -347,7 +348,7 @@ def mechanism(words: tuple, knobs: ServeKnobs, config: ServeConfig, parts: tuple
             hbf_read_bytes=times.hbf_read_bytes, kv_hbm_byte_us=hbm_kv * us, kv_hbf_byte_us=hbf_kv * us,
             max_kv_hbm_bytes=hbm_kv, max_kv_hbf_bytes=hbf_kv, table_miss_passes=times.table_miss, passes=work,
             chunk_stall_us=0.0, pcie_bytes=times.pcie_bytes, host_dram_bytes=times.host_dram_bytes,
-            cpu_flops=times.cpu_flops), work)
+            cpu_flops=times.cpu_flops, allreduce_us=times.allreduce_us.sum()), work)
         if first:  # the pending chunk work is booked once per iteration, with or without work
             core = core._replace(chunk_stall_us=carry.pending_us)
         for k, t in enumerate(adds):

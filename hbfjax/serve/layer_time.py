@@ -25,6 +25,10 @@ data it reads stream in from the organisation (``hbfjax.memory``); an operator w
   tR is that layer's output projection, norms and router; a router with an expert-specific bias
   (``ModelSpec.lookahead_capable`` False, e.g. DeepSeek-V3) gets no window, whatever the knob says.
 
+A tensor-parallel model (``ModelSpec.tensor_parallel`` T > 1: every size above is one GPU's) adds each
+layer's two all-reduces after its operators (``allreduce_us``, :mod:`hbfjax.workload.tensor_parallel`):
+on the critical path, in no window below.
+
 Overlap assumed, stated here once: within an operator, data delivery and compute overlap fully
 (double-buffered streaming into the GEMM); operators of a layer run one after another, and no
 operator's transfer starts during the previous one beyond the tR that prefetching hides. The first
@@ -43,7 +47,7 @@ import numpy as np
 
 from hbfjax.memory import delivery
 from hbfjax.memory.organisations import DENSE_WEIGHTS, EXPERT_WEIGHTS, OrgKnobs, page_wave_bytes
-from hbfjax.workload import timing
+from hbfjax.workload import tensor_parallel, timing
 from hbfjax.workload.models import ModelSpec
 
 OPS = timing.OPS
@@ -71,6 +75,7 @@ class LayerTimes(NamedTuple):
     pcie_bytes: jax.Array  # float32[] 0: an organisation has no host path (the CPU systems' field)
     host_dram_bytes: jax.Array  # float32[] 0
     cpu_flops: jax.Array  # float32[] 0
+    allreduce_us: jax.Array  # float32[L] each layer's tensor-parallel all-reduces (0 for one GPU)
     needed: jax.Array | None = None  # the pass's routing draw (``pass_routing``'s needed; engine.pass_times sets it)
 
 
@@ -177,11 +182,21 @@ def layer_times(batch: timing.Batch, needed: jax.Array, rows: jax.Array, kv_hbm_
         slow_startup = jnp.where(routed.slow_path == 0, routed.direct_startup_us, routed.relay_startup_us)
         startup = startup.at[moe_index].set(slow_startup)
     layer_us = op_us.sum(axis=-1)
+    allreduce = jnp.broadcast_to(allreduce_us(batch, gpu, config), (layers,))
+    if model.tensor_parallel > 1:  # static: one GPU's layers are exactly those of before
+        layer_us = layer_us + allreduce
     return LayerTimes(op_us=op_us, delivery_us=delivery_us, compute_us=compute_us, layer_us=layer_us,
                       lm_head_us=head, iteration_us=layer_us.sum() + head, expert_direct_bytes=direct,
                       expert_relay_bytes=relay, expert_startup_us=startup, table_miss=miss, hbm_read_bytes=hbm_read,
                       hbf_read_bytes=hbf_read, pcie_bytes=jnp.float32(0.0), host_dram_bytes=jnp.float32(0.0),
-                      cpu_flops=jnp.float32(0.0))
+                      cpu_flops=jnp.float32(0.0), allreduce_us=allreduce)
+
+
+def allreduce_us(batch: timing.Batch, gpu: timing.GpuKnobs, config: timing.TimingConfig) -> jax.Array:
+    """float32[]: one layer's tensor-parallel all-reduces for the pass's tokens (0 for one GPU)."""
+    return tensor_parallel.layer_allreduce_us(timing.tokens_of(batch), config.model.hidden, config.activation_bytes,
+                                              config.model.tensor_parallel, gpu.nvlink_gbps, gpu.allreduce_efficiency,
+                                              gpu.allreduce_latency_us)
 
 
 

@@ -389,6 +389,7 @@ class _Gpu:
         self.peak = dict(zip(gpus.PRECISIONS, k["peak_tflops"]))  # the order of GpuKnobs.peak_tflops
         self.bw, self.launch = k["hbm_bw_gbps"], k["launch_us"]
         self.eff, self.att_eff, self.mem_eff = k["compute_efficiency"], k["attention_efficiency"], k["memory_efficiency"]
+        self.nvlink, self.ar_eff, self.ar_latency = k["nvlink_gbps"], k["allreduce_efficiency"], k["allreduce_latency_us"]
 
     def compute_us(self, flops: float, precision: str, attention: bool = False) -> float:
         return flops / (self.peak[precision] * (self.att_eff if attention else self.eff) * 1e6)
@@ -457,6 +458,16 @@ class _Model:
         self.kinds = list(model.layer_kinds)
         self.is_moe, self.lookahead_capable = model.is_moe, model.lookahead_capable
         self.expert_bytes = float(sum(i * o * bpp for _, i, o, _, bpp, _ in self.expert_linears))
+        self.gpus = model.tensor_parallel  # a tensor-parallel group's GPUs; every size above is one GPU's
+
+
+def _allreduce_us(m: _Model, gpu: _Gpu, tokens: int) -> float:
+    """One layer's two ring all-reduces of tokens × hidden × 2 B (hbfjax.workload.tensor_parallel): each
+    2 (T − 1) / T × bytes over the NVLink rate times the bus efficiency, plus the latency; 0 on one GPU."""
+    if m.gpus == 1 or tokens == 0:
+        return 0.0
+    message = tokens * m.hidden * m.act
+    return 2 * (2.0 * (m.gpus - 1) / m.gpus * message * 1e-3 / (gpu.nvlink * gpu.ar_eff) + gpu.ar_latency)
 
 
 def _linear(op: _Op, gpu: _Gpu, tokens: int, linear, act: int, copies=None) -> None:
@@ -522,6 +533,7 @@ class Totals(NamedTuple):
     expert_direct_max_bytes: float
     stall_scale_us: float
     passes: float  # passes with work
+    allreduce_us: float  # tensor-parallel all-reduce time inside busy_us (0 on one GPU)
 
 
 class ServeStep:
@@ -541,6 +553,7 @@ class ServeStep:
         self.idle = ([], [])  # the last pass's per-layer idle array time: Σ and max over its operators
         self.record = None  # a list to append each pass's detail to (hbfjax.serve.timeline); None: off
         self.calls, self.detail = 0, None  # iterations timed; the last pass's operators (when recording)
+        self.allreduce_us = 0.0  # the last pass's tensor-parallel all-reduces, every layer
 
     def _delivery(self, name: str, op: _Op, shares: tuple) -> tuple[float, float, float]:
         """One operator's data read in parallel: weights by their kind's placement (shared experts are
@@ -579,8 +592,11 @@ class ServeStep:
         direct = direct_max = relay = 0.0
         layer_us, windows, memo, experts = [], [], {}, []
         self.idle = ([], [])
+        allreduce = _allreduce_us(m, gpu, ps.tokens)  # after the operators, in no window
+        self.allreduce_us = len(m.kinds) * allreduce
         for kind in m.kinds:
             _, total_us, window_us = per_kind[kind]
+            total_us += allreduce
             layer_idle = list(idle[kind])
             if kind == "moe":  # the routed experts: this layer's draw, delivered over Direct and Relay
                 d = int(next(distinct))
@@ -714,6 +730,7 @@ class ServeStep:
         s["max_kv_hbm_bytes"] = max(s["max_kv_hbm_bytes"], hbm_after * per_token)
         s["max_kv_hbf_bytes"] = max(s["max_kv_hbf_bytes"], hbf_after * per_token)
         s["passes"] += 1
+        s["allreduce_us"] += self.allreduce_us
         self.passes += 1
 
     def __call__(self, requests: list, kv_tokens: list, batch: Batch, iteration: int) -> float:

@@ -61,6 +61,19 @@ def totals_report(totals, org) -> dict:
     }
 
 
+def per_gpu_report(o, model) -> dict:
+    """Host ``{key: float64[S]}`` of one GPU and its package: the HBF KV room (``kv_room_gb``, what the GPU's
+    share of the weights leaves, or the room given), and with tensor parallelism (``model.tensor_parallel`` >
+    1) its all-reduce time and that time's share of the busy time (``hbfjax.workload.tensor_parallel``)."""
+    busy_us = np.asarray(o.totals.busy_us, np.float64)
+    room = np.broadcast_to(np.asarray(o.room_tokens, np.float64), busy_us.shape)
+    out = {"kv_room_gb": room * float(model.kv_bytes_per_token) * 1e-9}
+    if model.tensor_parallel > 1:
+        allreduce_us = np.asarray(o.totals.allreduce_us, np.float64)
+        out.update(allreduce_s=allreduce_us * 1e-6, allreduce_share_of_busy=allreduce_us / np.maximum(busy_us, 1e-30))
+    return out
+
+
 def measured_mean_ci(per_stream: dict) -> dict:
     """``{key: mean, ci95_key: half-width}`` over the streams where each value is finite (None, None
     where no stream measured it)."""

@@ -97,10 +97,14 @@ class Scenario:
     blocks: BlocksConfig = field(default_factory=BlocksConfig)
     relax: engine.ServeRelax | None = None
     reclaim: Any = None  # parts.reclaim.ReclaimKnobs: the organisations gain the reclaim part (issue 26)
+    tensor_parallel: int = 1  # GPUs (each with its package) of one stream's tensor-parallel group (HBFlex §6.1)
 
     def __post_init__(self):
         c = type(self).__name__
         require_int(c, "slots", self.slots, 1)
+        require_int(c, "tensor_parallel", self.tensor_parallel, 1)
+        if self.tensor_parallel > 1:
+            self.model_spec.with_tensor_parallel(self.tensor_parallel)  # validates the split of the model
         require_choice(c, "reads", self.reads, READS)
         require_int(c, "warmup", self.warmup, 0, self.requests.requests - 1)
         if self.requests.closed_loop:
@@ -228,8 +232,11 @@ class System(NamedTuple):
         return part_modules.in_order(names + (("reclaim",) if scenario.reclaim is not None else ()))
 
     def model(self, scenario: Scenario) -> models.ModelSpec:
-        """The model as this system stores it (HBFlex §6.1 evaluates with 1-byte KV elements)."""
+        """The model as one GPU of this system stores it (HBFlex §6.1 evaluates with 1-byte KV elements): with
+        ``scenario.tensor_parallel`` T > 1 its share of a T-way group (``hbfjax.workload.tensor_parallel``)."""
         spec = scenario.model_spec
+        if scenario.tensor_parallel > 1:
+            spec = spec.with_tensor_parallel(scenario.tensor_parallel)
         return spec.with_kv_precision(models.HBFLEX_KV_BYTES_PER_ELEMENT) if self.kind == "hbflex" else spec
 
 
@@ -381,6 +388,10 @@ def _check(names, scenario: Scenario) -> None:
                           + " ".join(n for n in names if system(n).kind != "dash"))
     if scenario.reads == "planes" and "cpu" in kinds:
         raise ConfigError("--reads planes: the CPU-offloading systems read no HBF; drop it or serve HBF systems only")
+    if "cpu" in kinds and scenario.tensor_parallel > 1:
+        raise ConfigError(f"--tensor-parallel = {scenario.tensor_parallel}: the CPU-offloading systems "
+                          f"({', '.join(n for n in names if system(n).kind == 'cpu')}) serve one GPU with its experts "
+                          "streamed from the host (DASH §VI-C); tensor parallelism applies to the HBF systems")
     if "cpu" in kinds and not scenario.model_spec.is_moe:
         raise ConfigError(f"--system {' '.join(n for n in names if system(n).kind == 'cpu')}: the CPU-offloading "
                           f"systems serve MoE models ({scenario.model_name} is dense)")
@@ -403,6 +414,8 @@ def _family(config: engine.ServeConfig, names: tuple, scenario: Scenario, points
         org = points[k].org
         result = report.system_report(o, org, config.parts, scenario.warmup, scenario.online, scenario.slo,
                                       scenario.measured, scenario.closed)
+        if org is not None:
+            result.update(report.measured_mean_ci(report.per_gpu_report(o, model)))
         lookahead = org is not None and float(org.lookahead) > 0.5 and model.lookahead_capable
         return {**result, "lookahead_effective": bool(lookahead)}
 

@@ -1,5 +1,5 @@
-"""GPU specifications for operator timing, with named presets (DASH §VI-A: H100 PCIe; HBFlex §6.1:
-H200-class).
+"""GPU specifications for operator timing and tensor-parallel all-reduces, with named presets (DASH §VI-A:
+H100 PCIe; HBFlex §6.1: H200-class).
 
 A :class:`GpuSpec` is static configuration in the style of :mod:`hbfjax.hardware`: frozen, hashable,
 validated on construction, every preset value with its source in ``sources``. Peak rates are the
@@ -7,6 +7,9 @@ validated on construction, every preset value with its source in ``sources``. Pe
 "with sparsity"; "specifications 1/2 lower without sparsity"), and dense matmuls of LLM inference
 get half of it, so every preset stores the datasheet figure / 2. ``fp32`` is the non-tensor (CUDA
 core) FP32 rate, which the datasheet states dense.
+
+``nvlink_gbps`` is one direction of the GPU's NVLink (the datasheets print the bidirectional total per GPU,
+stored / 2): the rate a ring all-reduce of a tensor-parallel group sends at (:mod:`hbfjax.workload.tensor_parallel`).
 
 Units: TFLOPS = 1e12 FLOP/s (TOPS for int8), bandwidth in GB/s (1e9 B/s), memory in bytes (GB = 1e9).
 """
@@ -26,6 +29,7 @@ PRECISIONS = ("bf16", "fp8", "int8", "tf32", "fp32")
 _H100_DATASHEET = "NVIDIA H100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h100)"
 _H200_DATASHEET = "NVIDIA H200 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h200)"
 _HALF = "; dense = the datasheet's 'with sparsity' figure / 2"
+_EACH_WAY = " bidirectional per GPU; one direction = half"
 
 
 def compute_precision(bytes_per_param: float) -> str:
@@ -51,13 +55,14 @@ class GpuSpec:
     peak_tflops_fp32: float  # FP32 on CUDA cores (no tensor core)
     hbm_bw_gbps: float
     memory_bytes: int
+    nvlink_gbps: float  # NVLink, one direction, per GPU
     sources: tuple[tuple[str, str], ...] = field(default=(), compare=False, hash=False)
 
     def __post_init__(self) -> None:
         cls = type(self).__name__
         require(isinstance(self.name, str) and self.name != "", cls, "name", self.name, "must be a non-empty string")
         for name in ("peak_tflops_bf16", "peak_tflops_fp8", "peak_tops_int8", "peak_tflops_tf32", "peak_tflops_fp32",
-                     "hbm_bw_gbps"):
+                     "hbm_bw_gbps", "nvlink_gbps"):
             require_real(cls, name, getattr(self, name), 0.0, lo_open=True)
         require(isinstance(self.memory_bytes, int) and not isinstance(self.memory_bytes, bool)
                 and self.memory_bytes > 0, cls, "memory_bytes", self.memory_bytes, "must be an integer > 0")
@@ -82,13 +87,14 @@ def _h100_pcie() -> GpuSpec:
     src = f"{_H100_DATASHEET}, H100 PCIe column"
     return GpuSpec(
         name="h100-pcie", peak_tflops_bf16=1513 / 2, peak_tflops_fp8=3026 / 2, peak_tops_int8=3026 / 2,
-        peak_tflops_tf32=756 / 2, peak_tflops_fp32=51.0, hbm_bw_gbps=2000.0, memory_bytes=80 * GB,
+        peak_tflops_tf32=756 / 2, peak_tflops_fp32=51.0, hbm_bw_gbps=2000.0, memory_bytes=80 * GB, nvlink_gbps=600 / 2,
         sources=(("peak_tflops_bf16", f"{src}: 1,513 TFLOPS{_HALF}; DASH [29] cites 756 dense from the H100 "
                   "architecture whitepaper v1.04"),
                  ("peak_tflops_fp8", f"{src}: 3,026 TFLOPS{_HALF}"), ("peak_tops_int8", f"{src}: 3,026 TOPS{_HALF}"),
                  ("peak_tflops_tf32", f"{src}: 756 TFLOPS{_HALF}"), ("peak_tflops_fp32", f"{src}: 51 TFLOPS"),
                  ("hbm_bw_gbps", f"{src}: 2 TB/s HBM2e (product brief PB-11133-001: 'greater than 2,000 GB/s')"),
-                 ("memory_bytes", f"{src}: 80 GB")),
+                 ("memory_bytes", f"{src}: 80 GB"),
+                 ("nvlink_gbps", f"{src}: NVLink 600 GB/s (2- or 4-way bridge){_EACH_WAY}")),
     )
 
 
@@ -97,10 +103,12 @@ def _sxm_class(name: str, src: str, hbm: str, hbm_bw_gbps: float, memory_gb: int
     return GpuSpec(
         name=name, peak_tflops_bf16=1979 / 2, peak_tflops_fp8=3958 / 2, peak_tops_int8=3958 / 2,
         peak_tflops_tf32=989 / 2, peak_tflops_fp32=67.0, hbm_bw_gbps=hbm_bw_gbps, memory_bytes=memory_gb * GB,
+        nvlink_gbps=900 / 2,
         sources=(("peak_tflops_bf16", f"{src}: 1,979 TFLOPS{_HALF}"), ("peak_tflops_fp8", f"{src}: 3,958 TFLOPS{_HALF}"),
                  ("peak_tops_int8", f"{src}: 3,958 TOPS{_HALF}"), ("peak_tflops_tf32", f"{src}: 989 TFLOPS{_HALF}"),
                  ("peak_tflops_fp32", f"{src}: 67 TFLOPS"), ("hbm_bw_gbps", f"{src}: {hbm_bw_gbps / 1000:g} TB/s {hbm}"),
-                 ("memory_bytes", f"{src}: {memory_gb} GB{memory_note}")),
+                 ("memory_bytes", f"{src}: {memory_gb} GB{memory_note}"),
+                 ("nvlink_gbps", f"{src}: NVLink 900 GB/s (NVLink 4){_EACH_WAY}")),
     )
 
 

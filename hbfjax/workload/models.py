@@ -6,7 +6,8 @@ DeepSeek-V4's compressed attention), routed and shared experts, top-k, router ki
 vocabulary, weight precision per tensor group and KV precision — and derives from it what the serving
 engine needs: the weight matmuls of each layer kind (:meth:`ModelSpec.linears`), weight bytes (expert
 and non-expert, embeddings and head included), KV bytes per token per layer, and FLOPs per token per
-operator. Like the hardware presets (``hbfjax.hardware``), every field of a preset cites its public
+operator, each for one GPU of a tensor-parallel group of ``tensor_parallel`` GPUs (default 1: the whole
+model; the split is :mod:`hbfjax.workload.tensor_parallel`'s). Like the hardware presets (``hbfjax.hardware``), every field of a preset cites its public
 source in ``sources``; a value known only from a paper is listed in ``estimated`` with the sentence it
 comes from.
 
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from hbfjax.validate import ConfigError, require, require_choice, require_int, require_real
+from hbfjax.workload import tensor_parallel
 
 GB = 10**9
 
@@ -104,6 +106,7 @@ class ModelSpec:
     kv_bytes_per_element: float = BF16  # KV cache precision
     kv_bytes_per_token_layer_override: float | None = None  # compressed attention: stated, not derived
     kv_fraction_attended: float = 1.0  # compressed attention: mean fraction of context entries read per query
+    tensor_parallel: int = 1  # GPUs of one tensor-parallel group; every derived size is one GPU's (tensor_parallel)
     active_params_stated: float | None = None  # the model card's activated parameters per token (check only)
     total_params_stated: float | None = None  # the model card's total parameters (check only)
     sources: tuple[tuple[str, str], ...] = field(default=(), compare=False, hash=False)
@@ -140,6 +143,9 @@ class ModelSpec:
         if self.kv_bytes_per_token_layer_override is not None:
             require_real(cls, "kv_bytes_per_token_layer_override", self.kv_bytes_per_token_layer_override, 0.0,
                          lo_open=True)
+        require_int(cls, "tensor_parallel", self.tensor_parallel, 1)
+        problems = tensor_parallel.split_problems(self, self.tensor_parallel)
+        require(not problems, cls, "tensor_parallel", self.tensor_parallel, "; ".join(problems))
         if self.moe_layers:
             require(1 <= self.top_k <= self.routed_experts, cls, "top_k", self.top_k,
                     f"must be in [1, routed_experts = {self.routed_experts}] for a MoE model")
@@ -184,6 +190,27 @@ class ModelSpec:
         """DASH §V-C: lookahead expert selection needs a router without an expert-specific bias."""
         return not self.router.endswith("-bias")
 
+    # --- tensor parallelism (hbfjax.workload.tensor_parallel) ---------------------------------------
+    def _per_gpu(self, n: int) -> int:
+        """A dimension split over the tensor-parallel group: one GPU's share (split_problems checks it divides)."""
+        return n // self.tensor_parallel
+
+    @property
+    def heads_per_gpu(self) -> int:
+        """Query heads one GPU computes."""
+        return self._per_gpu(self.heads)
+
+    @property
+    def kv_heads_per_gpu(self) -> int:
+        """GQA / compressed KV heads one GPU holds: its share, or one replicated head where the group has more
+        GPUs than KV heads."""
+        return tensor_parallel.kv_heads_per_gpu(self.kv_heads, self.tensor_parallel)
+
+    def with_tensor_parallel(self, gpus: int) -> "ModelSpec":
+        """The model as one GPU of a ``gpus``-way tensor-parallel group holds and computes it (validated:
+        ``gpus`` must split its heads and FFNs)."""
+        return dataclasses.replace(self, tensor_parallel=gpus)
+
     # --- precision --------------------------------------------------------------------------------
     def bytes_per_param(self, group: str) -> float:
         require_choice(f"ModelSpec({self.name})", "weight group", group, WEIGHT_GROUPS)
@@ -191,37 +218,42 @@ class ModelSpec:
 
     # --- weight matmuls ---------------------------------------------------------------------------
     def _attention_linears(self) -> tuple[Linear, ...]:
+        """One GPU's attention matmuls: the head-indexed ones split by heads (Q, MLA's kv_b, GQA's K/V, the
+        output projection); the low-rank down projections (q_a, MLA's kv_a) and a replicated KV head whole."""
         b = self.bytes_per_param("attention")
-        h = self.hidden
+        h, heads = self.hidden, self.heads_per_gpu
         if self.attention == "gqa":
-            qkv = (self.heads + 2 * self.kv_heads) * self.head_dim
+            qkv = (heads + 2 * self.kv_heads_per_gpu) * self.head_dim
             return (Linear("qkv_proj", "qkv", h, qkv, 1, b),
-                    Linear("out_proj", "o", self.heads * self.head_dim, h, 1, b))
+                    Linear("out_proj", "o", heads * self.head_dim, h, 1, b))
         if self.attention == "mla":
-            q_dim = self.heads * (self.qk_nope_head_dim + self.qk_rope_head_dim)
+            q_dim = heads * (self.qk_nope_head_dim + self.qk_rope_head_dim)
             q = ((Linear("qkv_proj", "q_a", h, self.q_lora_rank, 1, b),
                   Linear("qkv_proj", "q_b", self.q_lora_rank, q_dim, 1, b)) if self.q_lora_rank
                  else (Linear("qkv_proj", "q", h, q_dim, 1, b),))
             return q + (Linear("qkv_proj", "kv_a", h, self.kv_lora_rank + self.qk_rope_head_dim, 1, b),
                         Linear("qkv_proj", "kv_b", self.kv_lora_rank,
-                               self.heads * (self.qk_nope_head_dim + self.v_head_dim), 1, b),
-                        Linear("out_proj", "o", self.heads * self.v_head_dim, h, 1, b))
+                               heads * (self.qk_nope_head_dim + self.v_head_dim), 1, b),
+                        Linear("out_proj", "o", heads * self.v_head_dim, h, 1, b))
         # compressed (DeepSeek-V4): low-rank Q, one shared KV head, grouped low-rank output projection
-        q_dim = self.heads * self.head_dim
+        q_dim = heads * self.head_dim
         q = ((Linear("qkv_proj", "q_a", h, self.q_lora_rank, 1, b),
               Linear("qkv_proj", "q_b", self.q_lora_rank, q_dim, 1, b)) if self.q_lora_rank
              else (Linear("qkv_proj", "q", h, q_dim, 1, b),))
-        kv = (Linear("qkv_proj", "kv", h, self.kv_heads * self.head_dim, 1, b),)
+        kv = (Linear("qkv_proj", "kv", h, self.kv_heads_per_gpu * self.head_dim, 1, b),)
         if self.o_lora_rank:
-            out = (Linear("out_proj", "o_a", q_dim // self.o_groups, self.o_lora_rank, self.o_groups, b),
-                   Linear("out_proj", "o_b", self.o_groups * self.o_lora_rank, h, 1, b))
+            groups = self._per_gpu(self.o_groups)
+            out = (Linear("out_proj", "o_a", self.heads * self.head_dim // self.o_groups, self.o_lora_rank, groups, b),
+                   Linear("out_proj", "o_b", groups * self.o_lora_rank, h, 1, b))
         else:
             out = (Linear("out_proj", "o", q_dim, h, 1, b),)
         return q + kv + out
 
     def _ffn_linears(self, op: str, inter: int, copies: int, group: str) -> tuple[Linear, ...]:
+        """An FFN's matmuls on one GPU: gate/up split by columns, down by rows (``inter`` / tensor_parallel)."""
         b = self.bytes_per_param(group)
         gated = self.ffn_matrices - 1  # gate and up share the input
+        inter = self._per_gpu(inter)
         return (Linear(op, "gate_up", self.hidden, gated * inter, copies, b),
                 Linear(op, "down", inter, self.hidden, copies, b))
 
@@ -306,16 +338,17 @@ class ModelSpec:
     # --- KV cache ---------------------------------------------------------------------------------
     @property
     def kv_elements_per_token_layer(self) -> int:
-        """Cached values per token per layer: K and V of every KV head (GQA), or MLA's latent plus
-        its rotary key (shared by all heads)."""
+        """Cached values per token per layer on one GPU: K and V of its KV heads (GQA), or MLA's latent plus
+        its rotary key (shared by all heads, so replicated on every GPU of a tensor-parallel group)."""
         if self.attention == "mla":
             return self.kv_lora_rank + self.qk_rope_head_dim
-        return 2 * self.kv_heads * self.head_dim
+        return 2 * self.kv_heads_per_gpu * self.head_dim
 
     @property
     def kv_bytes_per_token_layer(self) -> float:
-        if self.kv_bytes_per_token_layer_override is not None:
-            return float(self.kv_bytes_per_token_layer_override)
+        if self.kv_bytes_per_token_layer_override is not None:  # stated for the whole model: one GPU's KV heads' share
+            split = self.kv_heads // self.kv_heads_per_gpu if self.kv_heads else 1
+            return float(self.kv_bytes_per_token_layer_override) / split
         return self.kv_elements_per_token_layer * self.kv_bytes_per_element
 
     @property
@@ -329,20 +362,21 @@ class ModelSpec:
 
     # --- FLOPs ------------------------------------------------------------------------------------
     def attention_flops_per_pair(self, phase: str) -> float:
-        """FLOPs of one (query token, context token) pair in one layer: QKᵀ and PV over every head.
+        """FLOPs of one (query token, context token) pair in one layer: QKᵀ and PV over every head (of one GPU).
 
         GQA: 2 · heads · head_dim each. MLA decode runs in the absorbed form (queries projected into
         the latent: QKᵀ over kv_lora + rope dims, PV over kv_lora dims); MLA prefill in the expanded
         form (QKᵀ over nope + rope dims, PV over v dims), as DeepSeek's inference code does.
         Compressed attention (DeepSeek-V4) attends to ``kv_fraction_attended`` of the context entries."""
         require_choice(f"ModelSpec({self.name})", "phase", phase, ("prefill", "decode"))
+        heads = self.heads_per_gpu  # a tensor-parallel GPU attends with its own heads
         if self.attention == "gqa":
-            return 4.0 * self.heads * self.head_dim
+            return 4.0 * heads * self.head_dim
         if self.attention == "mla":
             if phase == "decode":
-                return 2.0 * self.heads * (2 * self.kv_lora_rank + self.qk_rope_head_dim)
-            return 2.0 * self.heads * (self.qk_nope_head_dim + self.qk_rope_head_dim + self.v_head_dim)
-        return 4.0 * self.heads * self.head_dim * self.kv_fraction_attended
+                return 2.0 * heads * (2 * self.kv_lora_rank + self.qk_rope_head_dim)
+            return 2.0 * heads * (self.qk_nope_head_dim + self.qk_rope_head_dim + self.v_head_dim)
+        return 4.0 * heads * self.head_dim * self.kv_fraction_attended
 
     def flops_per_token(self, kind: str, context_tokens: float = 0.0, phase: str = "decode") -> dict[str, float]:
         """FLOPs per token of each operator of one layer of ``kind`` at ``context_tokens`` of context

@@ -40,6 +40,11 @@ attention and the new KV written. The operators (:data:`OPS`) of one layer:
 * the LM head (once per iteration, ``ModelSpec.head_linears()``): over the tokens that emit a token,
   i.e. every decode token and the last token of each chunk that completes its prompt.
 
+For a tensor-parallel model (``ModelSpec.tensor_parallel`` T > 1) every size above is one GPU's (its
+heads, its share of each FFN: :mod:`hbfjax.workload.tensor_parallel`); the all-reduces between the GPUs
+are added per layer by ``hbfjax.serve.layer_time``, with ``GpuKnobs``' NVLink rate and assumed all-reduce
+efficiency and latency.
+
 Each operator's FLOPs, weight bytes, KV bytes and other bytes are returned apart (:class:`OpCosts`),
 with its compute-bound and bandwidth-bound times, so the serving step can substitute the delivery
 time of weights or KV from another memory (HBF, DESIGN.md §4) for the GPU's own bandwidth.
@@ -69,7 +74,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hbfjax.validate import INT32_MAX, require, require_choice, require_int, require_real
-from hbfjax.workload import gpus
+from hbfjax.workload import gpus, tensor_parallel
 from hbfjax.workload.models import ModelSpec
 from hbfjax.workload import profile_table as pt
 
@@ -101,26 +106,34 @@ class GpuKnobs:
     attention_efficiency: jax.Array  # float32[] fraction of the peak an attention kernel reaches
     memory_efficiency: jax.Array  # float32[] fraction of the HBM bandwidth a kernel reaches
     launch_us: jax.Array  # float32[] fixed cost of each kernel with work
+    nvlink_gbps: jax.Array  # float32[] NVLink, one direction: a tensor-parallel all-reduce's link (tensor_parallel)
+    allreduce_efficiency: jax.Array  # float32[] fraction of nvlink_gbps a ring all-reduce's bus bandwidth reaches
+    allreduce_latency_us: jax.Array  # float32[] fixed cost of each all-reduce
 
     @classmethod
     def make(cls, gpu: gpus.GpuSpec | str = "h200", *, hbm_bw_gbps: float | None = None,
              compute_efficiency: float = KNOB_DEFAULTS["compute_efficiency"][0],
              attention_efficiency: float = KNOB_DEFAULTS["attention_efficiency"][0],
              memory_efficiency: float = KNOB_DEFAULTS["memory_efficiency"][0],
-             launch_us: float = KNOB_DEFAULTS["launch_us"][0]) -> "GpuKnobs":
+             launch_us: float = KNOB_DEFAULTS["launch_us"][0],
+             allreduce_efficiency: float = tensor_parallel.KNOB_DEFAULTS["allreduce_efficiency"][0],
+             allreduce_latency_us: float = tensor_parallel.KNOB_DEFAULTS["allreduce_latency_us"][0]) -> "GpuKnobs":
         """Knobs of ``gpu`` (a :class:`~hbfjax.workload.gpus.GpuSpec` or a preset name), validated;
-        ``hbm_bw_gbps`` overrides the spec's bandwidth."""
+        ``hbm_bw_gbps`` overrides the spec's bandwidth. The all-reduce knobs (both assumed:
+        ``tensor_parallel.KNOB_DEFAULTS``) matter only to a tensor-parallel model."""
         spec = gpus.preset(gpu) if isinstance(gpu, str) else gpu
         require(isinstance(spec, gpus.GpuSpec), "GpuKnobs", "gpu", gpu, "must be a GpuSpec or a preset name")
         bw = spec.hbm_bw_gbps if hbm_bw_gbps is None else require_real("GpuKnobs", "hbm_bw_gbps", hbm_bw_gbps,
                                                                         0.0, lo_open=True)
         fractions = {name: require_real("GpuKnobs", name, value, 0.0, 1.0, lo_open=True) for name, value in
                      (("compute_efficiency", compute_efficiency), ("attention_efficiency", attention_efficiency),
-                      ("memory_efficiency", memory_efficiency))}
+                      ("memory_efficiency", memory_efficiency), ("allreduce_efficiency", allreduce_efficiency))}
         launch = require_real("GpuKnobs", "launch_us", launch_us, 0.0)
+        latency = require_real("GpuKnobs", "allreduce_latency_us", allreduce_latency_us, 0.0)
         f32 = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
         return cls(peak_tflops=f32([spec.peak(p) for p in gpus.PRECISIONS]), hbm_bw_gbps=f32(bw),
-                   **{k: f32(v) for k, v in fractions.items()}, launch_us=f32(launch))
+                   **{k: f32(v) for k, v in fractions.items()}, launch_us=f32(launch),
+                   nvlink_gbps=f32(spec.nvlink_gbps), allreduce_latency_us=f32(latency))
 
 
 @dataclass(frozen=True)
