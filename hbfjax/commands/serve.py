@@ -39,10 +39,12 @@ KV reads through plane collisions (random pages or plane-balanced stripes, place
 hot-plane offload to SRAM or HBM); new KV programmed immediately (naive-block: a request's pages
 serially in one block's plane, the paper's "immediate block-first writes"), in stripes or inside
 read-free windows with weight prefetch; a sample of 4 of the package's planes per stream at the paper's
-geometry (512 blocks x 512 pages), each fed the pages the placement sends it, whose GC migrations are
-added to the iterations (waf, measured from the sampled planes' own host page writes: host_writes;
-block_erases; stalled_plane_writes and capped_plane_writes: plane-chunks whose pages waited for GC or over
-a plane's programs a chunk). --disable turns mechanisms off
+geometry (512 blocks x 512 pages), each fed the pages the placement sends it, whose pages die when
+their session is evicted or when a later turn keeps less of its session's retained KV than it holds (the
+diverged tail; diverged_page_fraction: of the host-written pages), and whose GC migrations are added to
+the iterations (waf, measured from the sampled planes' own host page writes: host_writes; block_erases;
+stalled_plane_writes and capped_plane_writes: plane-chunks whose pages waited for GC or over a plane's
+programs a chunk). --disable turns mechanisms off
 for an ablation. They use HBFlex's 1-byte KV elements.
 
 The CPU-offloading baselines (DASH §VI-C: cpu-stream, cpu-compute, hybrid, hybrid-split) serve the same
