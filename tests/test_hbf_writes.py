@@ -32,7 +32,7 @@ def layer_times(op_us, delivery_us) -> LayerTimes:
     return LayerTimes(op_us=op, delivery_us=dl, compute_us=op, layer_us=op.sum(-1), lm_head_us=jnp.float32(0),
                       iteration_us=op.sum(), expert_direct_bytes=z, expert_relay_bytes=z, expert_startup_us=z,
                       table_miss=jnp.bool_(False), hbm_read_bytes=jnp.float32(0), hbf_read_bytes=jnp.float32(0),
-                      pcie_bytes=jnp.float32(0), host_dram_bytes=jnp.float32(0), cpu_flops=jnp.float32(0))
+                      pcie_bytes=jnp.float32(0), host_dram_bytes=jnp.float32(0), cpu_flops=jnp.float32(0), allreduce_us=z)
 
 
 def tiny_times(idle=((5.0, 8.0), (12.0, 9.0))) -> LayerTimes:
