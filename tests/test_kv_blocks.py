@@ -256,6 +256,7 @@ def test_a_call_over_max_writes_is_counted_capped_not_stalled_and_its_rest_waits
 
 
 _cut = jax.jit(kb.cut, static_argnums=3)
+_live = jax.jit(kb.live_pages, static_argnums=1)
 
 
 def test_a_cut_kills_a_sessions_pages_from_its_kept_number_on_and_numbers_the_next_from_there():
@@ -269,14 +270,39 @@ def test_a_cut_kills_a_sessions_pages_from_its_kept_number_on_and_numbers_the_ne
     s, _ = _write(kb.init(cfg), both, BPP * jnp.array([5.0, 3.0]), _clock([0, 0]), knobs, cfg)
     np.testing.assert_array_equal(np.asarray(s.blocks.payload[:2]), [[0, 1, 2, 3], [4, 0, 1, 2]])
     s = _cut(s, jnp.array([2, 5], jnp.int32), knobs, cfg)
-    np.testing.assert_array_equal(np.asarray(s.blocks.owner[:2]), [[0, 0, -1, -1], [-1, 1, 1, 1]])
-    np.testing.assert_array_equal(np.asarray(s.blocks.valid[:3]), [2, 3, 0])
+    alive = [[True, True, False, False], [False, True, True, True]]
+    np.testing.assert_array_equal(np.asarray(_live(s, cfg)[:2]), alive)  # lazily: the tags are still there
+    settled = _settle(s, cfg)
+    np.testing.assert_array_equal(np.asarray(settled.blocks.owner[:2]), [[0, 0, -1, -1], [-1, 1, 1, 1]])
+    np.testing.assert_array_equal(np.asarray(settled.blocks.valid[:3]), [2, 3, 0])
     np.testing.assert_array_equal(np.asarray(s.session_pages), [2, 3])
     assert int(s.diverged_pages) == 3 == int(s.invalidated_pages)
+    # numbers 2, 3 again, in the cut's generation (tag 1 << tag_bits): live, while generation 0's 2, 3 stay dead
     s, _ = _write(s, both[:1], BPP * jnp.array([2.0]), _clock([0]), knobs, cfg)
-    np.testing.assert_array_equal(np.asarray(s.blocks.owner[2, :2]), [0, 0])
+    np.testing.assert_array_equal(np.asarray(s.blocks.owner[2, :2]), [1 << cfg.tag_bits, 1 << cfg.tag_bits])
     np.testing.assert_array_equal(np.asarray(s.blocks.payload[2, :2]), [2, 3])
+    np.testing.assert_array_equal(np.asarray(_live(s, cfg)[:3, :2]), [[True, True], [False, True], [True, True]])
     assert int(s.session_pages[0]) == 4 == int(_settle(s, cfg).blocks.valid.sum()) - 3
+    # a second cut before any settle keeps 1: generation 0's number 1 and the new generation's 2, 3 die too
+    s = _cut(s, jnp.array([1, -1], jnp.int32), knobs, cfg)
+    np.testing.assert_array_equal(np.asarray(_live(s, cfg)[:3]), [[True, False, False, False], [False, True, True, True],
+                                                                 [False, False, False, False]])
+    assert int(s.session_pages[0]) == 1 == int(_settle(s, cfg).blocks.valid.sum()) - 3
+
+
+def test_cuts_past_the_history_force_a_settle_and_an_overrun_is_flagged():
+    """H = 3 lazy cuts a session between settles: one cut since the last settle leaves room for a chunk's
+    cut and eviction (settle_due false), two do not; a fourth cut without a settle overruns the history."""
+    cfg = kb.KvBlocksConfig(sessions=1, max_writes=8, n_blocks=16, pages_per_block=4, n_labels=1, cut_history=3)
+    knobs = _knobs(cfg, gc_trigger=0.5)
+    s, _ = _write(kb.init(cfg), jnp.array([0], jnp.int32), jnp.array([8 * BPP]), _clock([0]), knobs, cfg)
+    due = []
+    for keep in (7, 6, 5, 4):
+        s = _cut(s, jnp.array([keep], jnp.int32), knobs, cfg)
+        due.append((bool(kb.settle_due(s, cfg)), bool(s.overflow)))
+    assert due == [(False, False), (True, False), (True, False), (True, True)]
+    s = _settle(kb.init(cfg), cfg)
+    assert not bool(kb.settle_due(s, cfg))
 
 
 def test_a_cut_drops_the_waiting_pages_past_it_and_keeps_a_page_fraction():
@@ -290,4 +316,4 @@ def test_a_cut_drops_the_waiting_pages_past_it_and_keeps_a_page_fraction():
     assert float(s.pending_bytes[0]) == pytest.approx(1.5 * BPP) and int(s.diverged_pages) == 0
     s = _cut(s, jnp.array([1], jnp.int32), knobs, cfg)
     assert float(s.pending_bytes[0]) == pytest.approx(0.5 * BPP)
-    assert (int(s.session_pages[0]), int(s.diverged_pages), int(s.blocks.valid[0])) == (1, 3, 1)
+    assert (int(s.session_pages[0]), int(s.diverged_pages), int(_settle(s, cfg).blocks.valid[0])) == (1, 3, 1)

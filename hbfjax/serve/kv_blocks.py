@@ -16,21 +16,23 @@ Only the mix of lifetimes per block matters for WAF, and utilisation fractions (
 eviction level) are preserved; a session's bytes are rounded to whole scaled pages as they accrue
 (``pending_bytes`` holds the remainder).
 
-**Lazy invalidation.** A page's owner tag is ``generation[session] << tag_bits | session``. ``invalidate``
-bumps the evicted sessions' generation and zeroes their page count, O(R): no page is scanned.
-``settle`` (O(pages), called by ``collect``) turns the tags of dead generations into −1 and
-recounts the per-block valid pages, so greedy victims and migrations are exact at GC time. The
-per-session count ``session_pages`` is exact at all times (``valid_fraction``). Tags are int32: a
-session may be evicted up to 2^(31 − tag_bits) − 1 times.
+**Lazy invalidation.** A page's owner tag is ``generation[session] << tag_bits | session``, and it
+carries its number (below). A cut (:func:`cut`; eviction is a cut keeping nothing) bumps the session's
+generation and records the level it keeps, O(R): no page is scanned. A page of generation g is live while
+its number lies below every level kept by its session's cuts since max(g, the session's last settle).
+``settle`` (O(pages), called by ``collect``, and forced by ``settle_due`` before a session's cuts since
+the last settle overrun the ``cut_history`` levels kept) turns dead tags into −1 and recounts the
+per-block valid pages, so greedy victims and migrations are exact at GC time. The per-session count
+``session_pages`` is exact at all times (``valid_fraction``). Tags are int32: a session may be cut up
+to 2^(31 − tag_bits) − 1 times.
 
 **Diverged tails** (HBFlex §5.4: a later turn that diverges from its session's retained KV frees the
 entry past the shared prefix). Each page carries its *number*, its place among its session's pages in
 this store in write order (``gc.BlockState.payload``, kept through GC's migrations); a session's live
 pages are numbered 0 … ``session_pages`` − 1, so ``session_pages`` is also the next page's number.
 :func:`cut` keeps a session's first ``keep`` pages: the written ones numbered ``keep`` and on go stale
-at once (one sweep of the pages, skipped when no stream has a tail to kill), its waiting pages past
-``keep`` are dropped, and its next page is numbered ``keep``. Eviction (a generation bump) restarts the
-numbering at 0.
+(lazily, above), its waiting pages past ``keep`` are dropped, and its next page is numbered ``keep``.
+Eviction restarts the numbering at 0.
 
 **Cost.** ``write`` is O(slots + max_writes) and ``invalidate`` O(R), but ``collect`` (through
 ``settle``) reads every page: call it every ``collect_every`` iterations (a chunk boundary); the
@@ -50,7 +52,6 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from hbfjax import batch
 from hbfjax.clock import Clock
 from hbfjax.flash.erase import gc
 from hbfjax.flash.erase.gc import BlockConfig, BlockState
@@ -73,6 +74,7 @@ class KvBlocksConfig:
     gc_rounds: int = 1  # GC rounds per ``collect`` call
     victim: str = "greedy"  # gc.VICTIMS
     collect_every: int = 1  # write calls between collect calls (sets the free-block reserve)
+    cut_history: int = 8  # H: lazy cuts (evictions included) a session may take between settles
     formulation: str = "auto"  # GC array primitives (gc.BlockConfig.formulation)
 
     def __post_init__(self) -> None:
@@ -82,6 +84,7 @@ class KvBlocksConfig:
         require_int(c, "n_labels", self.n_labels, 1, 256)
         require_int(c, "gc_rounds", self.gc_rounds, 1, 64)
         require_int(c, "collect_every", self.collect_every, 1, 2**16)
+        require_int(c, "cut_history", self.cut_history, 3, 256)
         self.blocks  # validates geometry, victims_per_gc, victim, formulation
         require(self.reserve_blocks < self.n_blocks, c, "n_blocks", self.n_blocks,
                 f"must exceed the {self.reserve_blocks} blocks one call may need (reserve_blocks)")
@@ -151,7 +154,10 @@ class KvBlocks(NamedTuple):
     blocks: BlockState  # owner tags gen << tag_bits | session, payload the page's number; valid counts exact
     #   after ``settle``
     pending_bytes: jax.Array  # f32[R] written bytes of each session not yet a whole scaled page
-    generation: jax.Array  # int32[R] evictions of each session so far (older tags are stale)
+    generation: jax.Array  # int32[R] cuts (evictions included) of each session so far
+    cut_level: jax.Array  # int32[R, H] the kept level of the cut that began generation g, at g mod H
+    settled: jax.Array  # int32[R] each session's generation at the last settle (its cuts since are lazy)
+    lapsed: jax.Array  # bool[] sticky: a session had more lazy cuts than the history holds (results invalid)
     session_pages: jax.Array  # int32[R] valid scaled pages of each session (exact at all times), numbered
     #   0 … session_pages − 1: the next page's number
     invalidated_pages: jax.Array  # int32[] pages made stale by eviction or a cut, cumulative
@@ -173,14 +179,16 @@ class KvBlocks(NamedTuple):
 
     @property
     def overflow(self) -> jax.Array:
-        return self.blocks.overflow  # bool[] sticky: the free pool ran dry (later results invalid)
+        return self.blocks.overflow | self.lapsed  # bool[] sticky: the free pool ran dry or a session's cuts
+        #   overran the history (results after it are not valid)
 
 
 def init(config: KvBlocksConfig) -> KvBlocks:
     """An erased store, no session written."""
     r = config.sessions
     return KvBlocks(blocks=gc.init_state(config.blocks, payload=True), pending_bytes=jnp.zeros(r, jnp.float32),
-                    generation=jnp.zeros(r, jnp.int32), session_pages=jnp.zeros(r, jnp.int32),
+                    generation=jnp.zeros(r, jnp.int32), cut_level=jnp.zeros((r, config.cut_history), jnp.int32),
+                    settled=jnp.zeros(r, jnp.int32), lapsed=jnp.bool_(False), session_pages=jnp.zeros(r, jnp.int32),
                     invalidated_pages=jnp.int32(0), diverged_pages=jnp.int32(0), stalled_writes=jnp.int32(0),
                     capped_writes=jnp.int32(0))
 
@@ -257,21 +265,19 @@ def write(state: KvBlocks, session: jax.Array, new_bytes: jax.Array, root_start:
 
 
 def invalidate(state: KvBlocks, evicted: jax.Array, config: KvBlocksConfig) -> KvBlocks:
-    """Every page (and pending byte) of the ``evicted`` sessions (bool[R]) goes stale; O(R), no page scan.
-
-    A session written again after its eviction starts a new generation: its old pages stay stale.
-    """
+    """Every page (and pending byte) of the ``evicted`` sessions (bool[R]) goes stale: a cut keeping none of
+    them (:func:`cut`'s lazy generation bump, O(R)); the session's next page is numbered 0."""
     gone = jnp.where(evicted, state.session_pages, 0).sum()
-    return state._replace(generation=state.generation + evicted.astype(jnp.int32),
-                          session_pages=jnp.where(evicted, 0, state.session_pages),
+    state = _bump(state, jnp.where(evicted, 0, -1), config)
+    return state._replace(session_pages=jnp.where(evicted, 0, state.session_pages),
                           pending_bytes=jnp.where(evicted, 0.0, state.pending_bytes),
                           invalidated_pages=state.invalidated_pages + gone)
 
 
 def cut(state: KvBlocks, keep: jax.Array, knobs: KvBlocksKnobs, config: KvBlocksConfig) -> KvBlocks:
     """Each session ``s`` with ``0 <= keep[s]`` (int32[R]; −1: untouched) keeps its first ``keep[s]`` pages
-    (module docstring, diverged tails): its written pages numbered ``keep[s]`` and on go stale now (one sweep
-    of the pages, run only when a page is to die), its waiting pages past ``keep[s]`` are dropped (whole
+    (module docstring, diverged tails): its written pages numbered ``keep[s]`` and on go stale (lazily, as
+    eviction's: O(R), applied by :func:`settle`), its waiting pages past ``keep[s]`` are dropped (whole
     pages; the fraction of a page waits on), and its next page is numbered ``min(session_pages, keep)``."""
     cutting = keep >= 0
     keep = jnp.where(cutting, keep, jnp.iinfo(jnp.int32).max)
@@ -279,19 +285,30 @@ def cut(state: KvBlocks, keep: jax.Array, knobs: KvBlocksKnobs, config: KvBlocks
     waiting = jnp.floor(state.pending_bytes / knobs.bytes_per_page)  # whole pages waiting
     kept_waiting = jnp.clip(keep - written, 0, waiting).astype(jnp.float32)
     dead = jnp.maximum(written - keep, 0)  # int32[R] written pages past keep: live, numbered keep … written − 1
-
-    def sweep(st: BlockState) -> BlockState:
-        owner = st.owner
-        session = tag_sessions(owner, config)
-        die = live_tags(owner, session, state.generation, config) & (st.payload >= keep[session])
-        return dataclasses.replace(st, owner=jnp.where(die, -1, owner), valid=st.valid - die.sum(axis=1, dtype=jnp.int32))
-
-    blocks = batch.when_due(lambda _: dead.sum() > 0, sweep, state.blocks)
-    return state._replace(blocks=blocks, session_pages=written - dead,
+    state = _bump(state, jnp.where(dead > 0, keep, -1), config)
+    return state._replace(session_pages=written - dead,
                           pending_bytes=state.pending_bytes - jnp.where(cutting, waiting - kept_waiting, 0.0)
                           * knobs.bytes_per_page,
                           invalidated_pages=state.invalidated_pages + dead.sum(),
                           diverged_pages=state.diverged_pages + dead.sum())
+
+
+def _bump(state: KvBlocks, level: jax.Array, config: KvBlocksConfig) -> KvBlocks:
+    """Sessions with ``level[s] >= 0`` (int32[R]) start a new generation whose cut keeps their pages numbered
+    below ``level[s]`` (0: none); a session with more generations since its last settle than the history
+    holds sets ``lapsed`` (later results invalid: :func:`settle_due` prevents it)."""
+    bump = level >= 0
+    generation = state.generation + bump.astype(jnp.int32)
+    slot = jnp.mod(generation, config.cut_history)
+    rows = jnp.where(bump, jnp.arange(config.sessions, dtype=jnp.int32), config.sessions)
+    return state._replace(generation=generation, cut_level=state.cut_level.at[rows, slot].set(level, mode="drop"),
+                          lapsed=state.lapsed | (generation - state.settled > config.cut_history).any())
+
+
+def settle_due(state: KvBlocks, config: KvBlocksConfig) -> jax.Array:
+    """bool[]: a session has so many cuts since the last settle that two more (one chunk's cut and eviction)
+    would overrun the history: settle now."""
+    return (state.generation - state.settled > config.cut_history - 2).any()
 
 
 def tag_sessions(owner: jax.Array, config: KvBlocksConfig) -> jax.Array:
@@ -299,26 +316,41 @@ def tag_sessions(owner: jax.Array, config: KvBlocksConfig) -> jax.Array:
     return jnp.clip(owner & ((1 << config.tag_bits) - 1), 0, config.sessions - 1)
 
 
-def live_tags(owner: jax.Array, session: jax.Array, generation: jax.Array, config: KvBlocksConfig) -> jax.Array:
-    """bool: the page of each owner tag holds KV of its session's current generation (``generation`` int32[R]):
-    not stale, lazy invalidations applied."""
-    return (owner >= 0) & ((owner >> config.tag_bits) == generation[session])
+def keep_below(state: KvBlocks, config: KvBlocksConfig) -> jax.Array:
+    """int32[R, H + 1]: ``[s, d]`` the page number below which a page of session s survives the last d cuts
+    (the least of their kept levels; d = 0: no cut, INT32_MAX)."""
+    h = config.cut_history
+    back = jnp.mod(state.generation[:, None] - jnp.arange(h, dtype=jnp.int32)[None, :], h)  # [R, H] newest first
+    levels = jnp.take_along_axis(state.cut_level, back, axis=1)
+    return jnp.concatenate([jnp.full((config.sessions, 1), jnp.iinfo(jnp.int32).max, jnp.int32),
+                            jax.lax.cummin(levels, axis=1)], axis=1)
+
+
+def live_tags(owner: jax.Array, number: jax.Array, state: KvBlocks, config: KvBlocksConfig) -> jax.Array:
+    """bool: the page of each owner tag (with its page ``number``) holds live KV, the lazy cuts and evictions
+    applied: a page of generation g survives the cuts after max(g, its session's last settle), i.e. its
+    number lies below the least of their kept levels."""
+    session = tag_sessions(owner, config)
+    generation = state.generation[session]
+    since = jnp.minimum(generation - jnp.maximum(owner >> config.tag_bits, state.settled[session]), config.cut_history)
+    return (owner >= 0) & (number < keep_below(state, config)[session, jnp.maximum(since, 0)])
 
 
 def live_pages(state: KvBlocks, config: KvBlocksConfig) -> jax.Array:
     """bool[n_blocks, pages_per_block]: :func:`live_tags` of every physical page."""
-    owner = state.blocks.owner
-    return live_tags(owner, tag_sessions(owner, config), state.generation, config)
+    return live_tags(state.blocks.owner, state.blocks.payload, state, config)
 
 
 def settle(state: KvBlocks, config: KvBlocksConfig) -> KvBlocks:
-    """Apply the lazy invalidations to the pages: dead-generation tags → −1, valid counts recounted.
+    """Apply the lazy invalidations (cuts, evictions) to the pages: dead tags → −1, valid counts recounted, each
+    session's history emptied.
 
-    O(n_blocks × pages_per_block) gathers from the R-entry generation table.
+    O(n_blocks × pages_per_block) gathers from the R-entry tables.
     """
     st, alive = state.blocks, live_pages(state, config)
     return state._replace(blocks=dataclasses.replace(st, owner=jnp.where(alive, st.owner, -1),
-                                                     valid=alive.sum(axis=1, dtype=jnp.int32)))
+                                                     valid=alive.sum(axis=1, dtype=jnp.int32)),
+                          settled=state.generation)
 
 
 def collect(words: tuple, state: KvBlocks, knobs: KvBlocksKnobs, config: KvBlocksConfig) -> tuple[KvBlocks, jax.Array]:

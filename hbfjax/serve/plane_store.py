@@ -307,9 +307,9 @@ def add_reads(state: PlaneStore, reads_per_page: jax.Array, threshold_reads, con
 
     def per_plane(plane):
         owner = plane.blocks.owner
-        session = kv_blocks.tag_sessions(owner, config.plane)
-        live = kv_blocks.live_tags(owner, session, plane.generation, config.plane)
-        return jnp.where(live, reads_per_page[session], 0.0).sum(axis=1), live.sum(axis=1)
+        live = kv_blocks.live_pages(plane, config.plane)
+        reads = reads_per_page[kv_blocks.tag_sessions(owner, config.plane)]
+        return jnp.where(live, reads, 0.0).sum(axis=1), live.sum(axis=1)
 
     counted = jax.tree.map(lambda x: x[:config.read_counter_planes], state.planes)
     block_reads, live = jax.vmap(per_plane)(counted)
@@ -328,8 +328,9 @@ def collect(words: tuple, state: PlaneStore, knobs: PlaneStoreKnobs, config: Pla
     """GC on every sampled plane once one is over the trigger (kv_blocks.collect with the plane's index as a
     word); returns (state, pages migrated on the sampled planes int32[]).
 
-    Below the trigger nothing is settled (the lazy invalidations wait; ``session_pages`` is exact anyway):
-    ``batch.when_due``, so a batch of streams none of which is due skips the O(pages) settle.
+    Below the trigger nothing is settled (the lazy invalidations wait; ``session_pages`` is exact anyway)
+    unless a session's lazy cuts would overrun their history (:func:`settle_due`): ``batch.when_due``, so a
+    batch of streams none of which is due skips the O(pages) settle (GC below the trigger takes no victim).
     """
     index = jnp.arange(config.planes, dtype=jnp.int32)
 
@@ -340,7 +341,8 @@ def collect(words: tuple, state: PlaneStore, knobs: PlaneStoreKnobs, config: Pla
         return st._replace(planes=planes), moved.sum()
 
     before = state.planes.blocks.erases
-    state, moved = batch.when_due(lambda c: gc_due(c[0], knobs, config), reclaim, (state, jnp.int32(0)))
+    due = lambda c: gc_due(c[0], knobs, config) | settle_due(c[0], config)  # noqa: E731
+    state, moved = batch.when_due(due, reclaim, (state, jnp.int32(0)))
     if state.reads is not None:  # an erased block's read counter starts again
         erased = state.planes.blocks.erases > before
         state = state._replace(reads=counters.erase(state.reads, erased[:config.read_counter_planes]))
@@ -351,6 +353,11 @@ def counted_share(config: PlaneStoreConfig) -> float:
     """P / C: sampled planes per plane that counts reads, the factor from the counters' totals to the
     sampled planes' (:func:`add_reads`)."""
     return config.planes / config.read_counter_planes
+
+
+def settle_due(state: PlaneStore, config: PlaneStoreConfig) -> jax.Array:
+    """bool[]: a sampled plane's lazy cuts must be settled before the next chunk's (``kv_blocks.settle_due``)."""
+    return jax.vmap(lambda st: kv_blocks.settle_due(st, config.plane))(state.planes).any()
 
 
 def package_scale(state: PlaneStore, knobs: PlaneStoreKnobs, config: PlaneStoreConfig) -> jax.Array:
